@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Issue 2's speed and memory targets for a single kvd node, measured side by
+# side with memcached on this machine in one run, with the same load
+# generator (kvd bench) sharing the cores with the servers. Writes
+# bench/RESULTS-core.md. Needs: memcached (apt-get install memcached),
+# python3 (to read the JSON reports). Every case is bounded in time.
+#   bench/core.sh            # 10 s per case
+#   DUR=3s bench/core.sh     # a smoke run
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DUR=${DUR:-10s}
+out=bench/RESULTS-core.md
+work=$(mktemp -d /tmp/kvd-core.XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT INT TERM
+
+make build >/dev/null
+bin=bin/kvd
+free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+
+start_memcached() {
+  mcport=$(free_port)
+  memcached -l 127.0.0.1 -p "$mcport" -U 0 -m 4096 -c 4096 -t 2 $( [ "$(id -u)" = 0 ] && echo -u root ) &
+  mcpid=$!; pids+=("$mcpid")
+  for _ in $(seq 100); do (echo version | timeout 1 nc -q1 127.0.0.1 "$mcport" | grep -q VERSION) && break; sleep 0.05; done
+}
+start_kvd() {
+  kport=$(free_port); hport=$(free_port)
+  rm -rf "$work/kvd"
+  "$bin" serve --name n1 --data-dir "$work/kvd" --memcache-addr "127.0.0.1:$kport" \
+    --http-addr "127.0.0.1:$hport" --log-level warn >"$work/kvd.log" 2>&1 &
+  kpid=$!; pids+=("$kpid")
+  for _ in $(seq 200); do curl -fsS "127.0.0.1:$hport/readyz" >/dev/null 2>&1 && break; sleep 0.05; done
+}
+# bench NAME ADDR ARGS… → ops/s of the run phase (first concurrency) into $work/NAME.json
+bench() {
+  local name=$1 addr=$2; shift 2
+  "$bin" bench --servers "$addr" --progress never --duration "$DUR" --json "$work/$name.json" "$@" >"$work/$name.txt" 2>&1 || true
+}
+ops() { python3 - "$work/$1.json" "${2:-0}" <<'PY'
+import json,sys
+d=json.load(open(sys.argv[1])); i=int(sys.argv[2])
+runs=[c for c in d["cases"] if c["phase"]=="run"]
+print("%.0f" % runs[i]["runs"][0]["ops_per_sec"])
+PY
+}
+p50() { python3 - "$work/$1.json" "${2:-0}" <<'PY'
+import json,sys
+d=json.load(open(sys.argv[1])); i=int(sys.argv[2])
+runs=[c for c in d["cases"] if c["phase"]=="run"]
+print("%.0fµs" % runs[i]["runs"][0]["latency"]["p50_us"])
+PY
+}
+rss_kb() { awk '/VmRSS/{print $2}' "/proc/$1/status"; }
+
+start_memcached; start_kvd
+MC=127.0.0.1:$mcport; KV=127.0.0.1:$kport
+echo "memcached $MC (pid $mcpid), kvd $KV (pid $kpid), $DUR per case"
+
+for who in mc kv; do
+  addr=$MC; [ $who = kv ] && addr=$KV
+  bench "$who-membrain" "$addr" --workload membrain --concurrency 64 --seed 1
+  bench "$who-write8k" "$addr" --workload keyspace-write --concurrency 64 --seed 2
+  bench "$who-write" "$addr" --workload custom --get-set 0:1 --keys 1000000 --key-dist seq \
+        --key-size 32 --value-size 512 --preload=false --concurrency 1,8,32 --seed 3
+  bench "$who-read" "$addr" --workload custom --get-set 1:0 --keys 10000 --key-dist uniform \
+        --key-size 32 --value-size 512 --concurrency 1,32 --seed 4
+done
+
+# Memory: fresh servers (the cases above left data behind), 1 M items of
+# 512 bytes in each, then the resident set size.
+kill "$mcpid" "$kpid"; wait "$mcpid" "$kpid" 2>/dev/null || true
+start_memcached; start_kvd
+MC=127.0.0.1:$mcport; KV=127.0.0.1:$kport
+for who in mc kv; do
+  addr=$MC; pid=$mcpid; [ $who = kv ] && { addr=$KV; pid=$kpid; }
+  "$bin" bench --servers "$addr" --progress never --workload import --records 1000000 \
+     --value-size 512 --key-size 32 --concurrency 32 --duration 600s --json "$work/$who-import.json" >"$work/$who-import.txt" 2>&1 || true
+  eval "${who}_rss=$(rss_kb "$pid")"
+done
+
+ratio() { python3 -c "print('%.2f' % ($1/$2))"; }
+{
+  echo "# Single-node kvd vs memcached (issue 2 targets)"
+  echo
+  echo "Produced by \`bench/core.sh\` (DUR=$DUR per case) on $(date -u +%Y-%m-%d), $(nproc) cores shared by"
+  echo "the servers and the load generator (\`kvd bench\`), $(memcached -h | head -1), kvd $(git describe --always --dirty)."
+  echo "Every kvd write is fsynced in the Raft log before its reply."
+  echo
+  echo "| case | memcached ops/s | kvd ops/s | kvd / memcached | target |"
+  echo "|---|---:|---:|---:|---|"
+  m=$(ops mc-membrain); k=$(ops kv-membrain)
+  echo "| membrain: 9:1 get:set, 250 B keys, 512 B values, 5 % misses, 64 conns | $m | $k | $(ratio $k $m) | ≥ 0.6 |"
+  m=$(ops mc-write8k); k=$(ops kv-write8k)
+  echo "| unique-key sets, 8 KiB values, 64 conns | $m | $k | $(ratio $k $m) | ≥ 0.4 |"
+  for i in 0 1 2; do
+    c=(1 8 32); m=$(ops mc-write $i); k=$(ops kv-write $i)
+    echo "| 512 B sets, ${c[$i]} conn(s) (p50 kvd $(p50 kv-write $i), memcached $(p50 mc-write $i)) | $m | $k | $(ratio $k $m) | |"
+  done
+  for i in 0 1; do
+    c=(1 32); m=$(ops mc-read $i); k=$(ops kv-read $i)
+    echo "| 512 B gets, ${c[$i]} conn(s) (p50 kvd $(p50 kv-read $i), memcached $(p50 mc-read $i)) | $m | $k | $(ratio $k $m) | |"
+  done
+  echo
+  w1=$(ops kv-write 0); w8=$(ops kv-write 1)
+  echo "kvd write scaling (group commit): 8 connections / 1 connection = $(ratio $w8 $w1) (target ≥ 5)."
+  echo
+  echo "Resident memory holding 1,000,000 items of 512 bytes: memcached $((mc_rss/1024)) MiB,"
+  echo "kvd $((kv_rss/1024)) MiB (Pebble block cache 64 MiB, \`--cache-size\`); kvd / memcached ="
+  echo "$(ratio $kv_rss $mc_rss) (target ≤ 1)."
+} > "$out"
+cat "$out"

@@ -1,0 +1,102 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// Config is one `kvd bench` invocation. Each field mirrors the flag named
+// in its comment; Validate names the flag of every problem.
+type Config struct {
+	// Target is the protocol: "memcache" (kvd, memcached) or "etcd". --target
+	Target string
+	// Servers are host:port addresses; workers are spread over them
+	// round-robin and move to the next one when theirs fails. --servers
+	Servers []string
+	// Workload is the preset, with any custom flags applied. --workload …
+	Workload Workload
+	// Concurrency is the sweep: one case per level, each level being that
+	// many clients with one connection each. --concurrency
+	Concurrency []int
+	// Duration is how long each case runs (for import: the upper bound of
+	// each phase). --duration
+	Duration time.Duration
+	// Repeat runs every case this many times; the report gives the mean and
+	// spread. --repeat
+	Repeat int
+	// Rate caps the total operations per second of a case (0: no cap). With
+	// a cap, latency is measured from each op's scheduled start. --rate
+	Rate float64
+	// Verify checks the checksum of every value read. --verify
+	Verify bool
+	// Timeline keeps per-second ops and errors in the report. --timeline
+	Timeline bool
+	// Failover computes the longest window without an acknowledged write. --failover
+	Failover bool
+	// Timeout bounds every dial and every request. --timeout
+	Timeout time.Duration
+	// MaxOps bounds the operations of one case (each phase of import). --max-ops
+	MaxOps int64
+	// LoadTimeout bounds the preload of the key space. --load-timeout
+	LoadTimeout time.Duration
+	// Seed makes key and size choices reproducible. --seed
+	Seed uint64
+	// Progress receives a live progress line (nil: none). The CLI passes
+	// the terminal, never a file or pipe.
+	Progress io.Writer
+	// Version is the tool version recorded in the report.
+	Version string
+}
+
+// Validate reports every problem of c at once.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if c.Target != "memcache" && c.Target != "etcd" {
+		bad("--target: %q is not memcache or etcd", c.Target)
+	}
+	if len(c.Servers) == 0 {
+		bad("--servers: at least one host:port is needed")
+	}
+	for _, s := range c.Servers {
+		if host, port, err := net.SplitHostPort(s); err != nil || host == "" || port == "" {
+			bad("--servers: %q is not host:port", s)
+		}
+	}
+	if len(c.Concurrency) == 0 {
+		bad("--concurrency: at least one level is needed")
+	}
+	for _, n := range c.Concurrency {
+		if n < 1 || n > 4096 {
+			bad("--concurrency: %d is not in [1, 4096]", n)
+		}
+	}
+	if c.Duration < 10*time.Millisecond || c.Duration > 24*time.Hour {
+		bad("--duration: %v is not in [10ms, 24h]", c.Duration)
+	}
+	if c.Repeat < 1 || c.Repeat > 1000 {
+		bad("--repeat: %d is not in [1, 1000]", c.Repeat)
+	}
+	if c.Rate < 0 {
+		bad("--rate: %g is negative", c.Rate)
+	}
+	if c.Timeout <= 0 || c.Timeout > time.Hour {
+		bad("--timeout: %v is not in (0, 1h]", c.Timeout)
+	}
+	if c.MaxOps < 1 {
+		bad("--max-ops: %d is not positive", c.MaxOps)
+	}
+	if c.LoadTimeout <= 0 {
+		bad("--load-timeout: %v is not positive", c.LoadTimeout)
+	}
+	if c.Failover && c.Workload.Mode == ModeMixed && c.Workload.SetRatio == 0 {
+		bad("--failover: workload %s never writes; it needs sets (try --get-set 9:1)", c.Workload.Name)
+	}
+	if err := c.Workload.Validate(c.Target != "etcd", c.Verify); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,255 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvd-project/kvd/internal/httpapi"
+)
+
+// clusterClient talks to the HTTP API of any member; a member that is not
+// the leader passes membership changes on to the leader itself.
+type clusterClient struct {
+	endpoints []string
+	timeout   time.Duration
+}
+
+func newClusterCmd() *cobra.Command {
+	c := &clusterClient{}
+	var endpoints string
+	cmd := &cobra.Command{
+		Use:   "cluster",
+		Short: "Inspect and change cluster membership and leadership (through a member's HTTP API)",
+		Long: `Inspect and change a running kvd cluster through any member's HTTP API.
+Membership changes go to the leader (a follower forwards them).
+
+Adding a node is two steps: "kvd cluster add" registers it as a learner,
+then start it with "kvd serve --join http://MEMBER-HTTP-ADDR" (which can also
+register it by itself). The leader promotes a learner to voter once it has
+caught up. Removing a voter that would leave too few reachable voters for a
+quorum is refused unless --force is given.`,
+		Example: `  kvd cluster status --endpoints http://127.0.0.1:11281
+  kvd cluster add n4 10.0.0.4:11290
+  kvd serve --name n4 --peer-addr 10.0.0.4:11290 --join http://10.0.0.1:11280
+  kvd cluster transfer-leader n2
+  kvd cluster remove n3`,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			for _, e := range strings.Split(endpoints, ",") {
+				e = strings.TrimSpace(e)
+				if e == "" {
+					continue
+				}
+				if !strings.Contains(e, "://") {
+					e = "http://" + e
+				}
+				u, err := url.Parse(e)
+				if err != nil || u.Host == "" {
+					return fmt.Errorf("--endpoints: %q is not an HTTP address", e)
+				}
+				c.endpoints = append(c.endpoints, strings.TrimRight(e, "/"))
+			}
+			if len(c.endpoints) == 0 {
+				return errors.New("--endpoints: give at least one member's HTTP address")
+			}
+			return nil
+		},
+	}
+	cmd.PersistentFlags().StringVar(&endpoints, "endpoints", "http://127.0.0.1:11280", "HTTP addresses of members, comma separated (the first that answers is used)")
+	cmd.PersistentFlags().DurationVar(&c.timeout, "timeout", 15*time.Second, "bound on each request")
+
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Members, leader, term, commit and applied index, each member's health",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var st httpapi.ClusterStatus
+			if err := c.call(cmd.Context(), http.MethodGet, "/v1/cluster", nil, &st); err != nil {
+				return err
+			}
+			// A follower knows only its leader's health: ask the leader when
+			// we can reach it, for every member's.
+			if lead := leaderHTTP(st); lead != "" && !selfIsLeader(st) {
+				var ls httpapi.ClusterStatus
+				lc := &clusterClient{endpoints: []string{"http://" + lead}, timeout: c.timeout}
+				if err := lc.call(cmd.Context(), http.MethodGet, "/v1/cluster", nil, &ls); err == nil {
+					st = ls
+				}
+			}
+			return printStatus(cmd.OutOrStdout(), st)
+		},
+	}
+	add := &cobra.Command{
+		Use:   "add NAME PEER-ADDR",
+		Short: "Add a member as a learner (promoted to voter once caught up)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			body := httpapi.MemberInfo{Name: args[0], PeerAddr: args[1]}
+			var info httpapi.JoinInfo
+			if err := c.call(cmd.Context(), http.MethodPost, "/v1/cluster/members", body, &info); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "added %s (id %s) as a learner; start it with:\n  kvd serve --name %s --peer-addr %s --join %s\n",
+				args[0], info.ID, args[0], args[1], c.endpoints[0])
+			return nil
+		},
+	}
+	var force bool
+	remove := &cobra.Command{
+		Use:   "remove NAME",
+		Short: "Remove a member (refused if the voters left could not form a quorum, unless --force)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path := "/v1/cluster/members/" + url.PathEscape(args[0])
+			if force {
+				path += "?force=true"
+			}
+			if err := c.call(cmd.Context(), http.MethodDelete, path, nil, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", args[0])
+			return nil
+		},
+	}
+	remove.Flags().BoolVar(&force, "force", false, "remove even if the voters left could not form a quorum")
+	transfer := &cobra.Command{
+		Use:   "transfer-leader [NAME]",
+		Short: "Hand leadership to a voter (default: the most caught-up one)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := map[string]string{"to": ""}
+			if len(args) == 1 {
+				req["to"] = args[0]
+			}
+			var out map[string]string
+			if err := c.call(cmd.Context(), http.MethodPost, "/v1/cluster/transfer-leader", req, &out); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "leader is now %s\n", out["leader"])
+			return nil
+		},
+	}
+	cmd.AddCommand(status, add, remove, transfer)
+	return cmd
+}
+
+func leaderHTTP(st httpapi.ClusterStatus) string {
+	for _, m := range st.Members {
+		if m.ID == st.Leader {
+			return m.HTTPAddr
+		}
+	}
+	return ""
+}
+
+func selfIsLeader(st httpapi.ClusterStatus) bool { return st.Self != "" && st.Self == st.Leader }
+
+// call sends one request to the first endpoint that answers. An HTTP error
+// answer is final (the member judged the request); a connection failure
+// moves on to the next endpoint.
+func (c *clusterClient) call(ctx context.Context, method, path string, body, out any) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	var payload []byte
+	if body != nil {
+		var err error
+		if payload, err = json.Marshal(body); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	for _, ep := range c.endpoints {
+		rctx, cancel := context.WithTimeout(ctx, c.timeout)
+		err := c.once(rctx, method, ep+path, payload, out)
+		cancel()
+		var answered *apiError
+		if err == nil || errors.As(err, &answered) {
+			return err
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", ep, err))
+	}
+	return fmt.Errorf("no member answered: %w", errors.Join(errs...))
+}
+
+// apiError is an error answer from a member.
+type apiError struct {
+	status int
+	msg    string
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("%d %s: %s", e.status, http.StatusText(e.status), e.msg)
+}
+
+func (c *clusterClient) once(ctx context.Context, method, u string, payload []byte, out any) error {
+	var rd io.Reader
+	if payload != nil {
+		rd = bytes.NewReader(payload)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return err
+	}
+	if payload != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		var e httpapi.Error
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(b))
+		}
+		return &apiError{status: resp.StatusCode, msg: e.Error}
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("decode answer: %w", err)
+		}
+	}
+	return nil
+}
+
+func printStatus(w io.Writer, st httpapi.ClusterStatus) error {
+	leader := "none"
+	for _, m := range st.Members {
+		if m.ID == st.Leader {
+			leader = m.Name
+			if leader == "" {
+				leader = m.ID
+			}
+		}
+	}
+	fmt.Fprintf(w, "leader: %s  term: %d  commit: %d  applied: %d (as seen by %s)\n\n", leader, st.Term, st.Commit, st.Applied, st.Self)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tID\tKIND\tROLE\tHEALTH\tPEER\tHTTP\tMEMCACHE")
+	for _, m := range st.Members {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(m.Name), m.ID, m.Kind, m.Role, m.Health, dash(m.PeerAddr), dash(m.HTTPAddr), dash(m.MemcacheAddr))
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

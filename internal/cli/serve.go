@@ -1,0 +1,105 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/kvd-project/kvd/internal/config"
+	"github.com/kvd-project/kvd/internal/node"
+)
+
+func newServeCmd() *cobra.Command {
+	cfg := config.Default()
+	var cfgFile string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a kvd node (memcache + HTTP listeners over a Raft log)",
+		Long: `Run a kvd node. With no flags: a single-node group named after the host,
+data in ./kvd-data, memcache on 127.0.0.1:11211, HTTP on 127.0.0.1:11280.
+
+Every write is appended to the Raft log and fsynced before it is
+acknowledged. Flags override the --config file, whose keys are the flag
+names (e.g. "max-item-size: 2m").`,
+		Example: `  kvd serve
+  kvd serve --data-dir /var/lib/kvd --memcache-addr 0.0.0.0:11211
+  kvd serve --config /etc/kvd/kvd.yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfgFile != "" {
+				// The file goes under the flags: reload it into defaults, then
+				// re-apply every flag the user set explicitly.
+				fileCfg := config.Default()
+				if err := fileCfg.LoadFile(cfgFile); err != nil {
+					return err
+				}
+				onFile := bindFlags(pflag.NewFlagSet("", pflag.ContinueOnError), &fileCfg)
+				var replayErr error
+				cmd.Flags().Visit(func(f *pflag.Flag) {
+					if f.Name == "config" || replayErr != nil {
+						return
+					}
+					replayErr = onFile.Set(f.Name, f.Value.String())
+				})
+				if replayErr != nil {
+					return replayErr
+				}
+				cfg = fileCfg
+			}
+			logger, err := newLogger(cfg.LogLevel)
+			if err != nil {
+				return err
+			}
+			n, err := node.Start(cfg, logger)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "kvd %s serving memcache on %s, http on %s (data in %s)\n",
+				cfg.Name, n.MemcacheAddr(), n.HTTPAddr(), cfg.DataDir)
+			return n.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().StringVar(&cfgFile, "config", "", "YAML config file; its keys are these flag names")
+	cmd.Flags().AddFlagSet(bindFlags(pflag.NewFlagSet("serve", pflag.ContinueOnError), &cfg))
+	return cmd
+}
+
+// bindFlags binds every config field to a flag of fs, so the flags, the
+// config file keys and config.Config stay one list.
+func bindFlags(fs *pflag.FlagSet, c *config.Config) *pflag.FlagSet {
+	fs.StringVar(&c.Name, "name", c.Name, "member name (in --initial-cluster)")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for the raft log and the data")
+	fs.StringVar(&c.MemcacheAddr, "memcache-addr", c.MemcacheAddr, "memcached protocol listener (TCP)")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listener: API /v1/kv, /v1/cluster, /metrics, /healthz, /readyz, console at /")
+	fs.StringVar(&c.PeerAddr, "peer-addr", c.PeerAddr, "raft peer listener")
+	fs.StringVar(&c.InitialCluster, "initial-cluster", c.InitialCluster, "founding members name=host:port,… (default: this member alone)")
+	fs.StringVar(&c.Join, "join", c.Join, "join a running cluster through a member's HTTP address (http://host:11280) instead of founding one")
+	fs.StringVar(&c.AdvertisePeerAddr, "advertise-peer-addr", c.AdvertisePeerAddr, "peer address other members dial (default: --peer-addr, wildcard host → host name)")
+	fs.StringVar(&c.AdvertiseHTTPAddr, "advertise-http-addr", c.AdvertiseHTTPAddr, "HTTP address published to other members and the console (default: the bound --http-addr)")
+	fs.StringVar(&c.AdvertiseMemcacheAddr, "advertise-memcache-addr", c.AdvertiseMemcacheAddr, "memcache address published in the member table (default: the bound --memcache-addr)")
+	fs.Var(&c.MaxItemSize, "max-item-size", "largest value accepted (bytes; k/m suffixes)")
+	fs.IntVar(&c.MaxConnections, "max-connections", c.MaxConnections, "maximum concurrent memcache connections")
+	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "bound on every request; without quorum requests fail after it")
+	fs.StringVar(&c.ReadConsistency, "read-consistency", c.ReadConsistency, "default reads: linearizable, lease or local (may be stale)")
+	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "raft heartbeat interval (one tick)")
+	fs.DurationVar(&c.ElectionTimeout, "election-timeout", c.ElectionTimeout, "raft election timeout (≥ 3× heartbeat)")
+	fs.Uint64Var(&c.SnapshotCount, "snapshot-count", c.SnapshotCount, "applied entries between raft log compactions")
+	fs.Uint64Var(&c.SnapshotCatchupEntries, "snapshot-catchup-entries", c.SnapshotCatchupEntries, "entries kept behind the applied index at a compaction; a follower further behind gets a snapshot")
+	fs.Var(&c.CacheSize, "cache-size", "Pebble block cache for the data (bytes; k/m/g suffixes)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on the graceful drain at SIGTERM")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "serve Go's profiler at /debug/pprof/ on the HTTP listener")
+	return fs
+}
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
+		return nil, fmt.Errorf("log-level %q: %w", level, err)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}

@@ -1,0 +1,333 @@
+// Package command owns the replicated log format: the bytes of every entry kvd
+// proposes to Raft. The log outlives binaries, so the encoding is versioned,
+// typed and hand-written (no gob, no JSON, no client-protocol types): byte 0 is
+// the format version, byte 1 the operation, then fixed-width header fields and
+// length-prefixed payload fields.
+//
+// The proposer (the kv service, on any node) calls Encode; the state machine
+// (fsm, on every node) calls Decode. Both are pure functions.
+package command
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Version is the envelope format written by this binary. Decode accepts
+// exactly the versions it knows how to apply.
+const Version byte = 1
+
+// Op names a state-machine operation.
+type Op uint8
+
+// Operations. Values are part of the on-disk format: append only, never renumber.
+const (
+	OpSet     Op = 1
+	OpAdd     Op = 2
+	OpReplace Op = 3
+	OpAppend  Op = 4
+	OpPrepend Op = 5
+	OpCAS     Op = 6
+	OpIncr    Op = 7
+	OpDecr    Op = 8
+	OpTouch   Op = 9
+	OpDelete  Op = 10
+	OpFlush   Op = 11
+	// OpGAT touches an item and returns it (memcached gat/gats).
+	OpGAT Op = 12
+	// OpExpire deletes items the leader found expired, each only if its CAS
+	// is unchanged, so a concurrent re-set is never lost.
+	OpExpire Op = 13
+	// OpMember publishes a member's client-facing addresses into the
+	// replicated member table, so every node can name and reach every other
+	// (etcd publishes member attributes through its log the same way).
+	OpMember Op = 14
+)
+
+var opNames = map[Op]string{
+	OpSet: "set", OpAdd: "add", OpReplace: "replace", OpAppend: "append", OpPrepend: "prepend",
+	OpCAS: "cas", OpIncr: "incr", OpDecr: "decr", OpTouch: "touch", OpDelete: "delete",
+	OpFlush: "flush_all", OpGAT: "gat", OpExpire: "expire", OpMember: "member",
+}
+
+func (o Op) String() string {
+	if n, ok := opNames[o]; ok {
+		return n
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// KeyCAS names one item at one version.
+type KeyCAS struct {
+	Key []byte
+	CAS uint64
+}
+
+// Command is one replicated operation. Which fields matter depends on Op;
+// Encode writes only those, Decode fills only those.
+type Command struct {
+	Op Op
+	// ReqID correlates the entry with the proposer's waiting request; unique
+	// per proposal across the cluster's lifetime.
+	ReqID uint64
+	// Stamp is the proposer's wall clock in Unix nanoseconds. Apply uses it,
+	// never its own clock, for every time decision.
+	Stamp int64
+
+	Key     []byte
+	Value   []byte // set/add/replace/append/prepend/cas
+	Flags   uint32 // set/add/replace/cas
+	Exptime int64  // set/add/replace/cas/touch/gat: the client's raw value
+	CAS     uint64 // cas: the token the client sent
+	Delta   uint64 // incr/decr
+	// MaxSize bounds the value append/prepend may build, stamped by the
+	// proposer so apply never reads configuration.
+	MaxSize uint32
+	// Delay is flush_all's delay in seconds (0 = now).
+	Delay int64
+	// Expired lists the items an OpExpire removes.
+	Expired []KeyCAS
+	// Member is what an OpMember publishes.
+	Member MemberAttrs
+}
+
+// MemberAttrs are a member's addresses as it advertises them.
+type MemberAttrs struct {
+	ID           uint64
+	Name         string
+	PeerAddr     string
+	HTTPAddr     string
+	MemcacheAddr string
+}
+
+// MaxAttrLen bounds each MemberAttrs string.
+const MaxAttrLen = 1024
+
+// Size limits Decode enforces, so a corrupt entry can never make it allocate
+// beyond what a valid one could need.
+const (
+	MaxKeyLen   = 250
+	MaxValueLen = 1 << 30
+	MaxExpired  = 1 << 16
+)
+
+const headerLen = 2 + 8 + 8
+
+// Encode appends the entry bytes for c to dst.
+func Encode(dst []byte, c *Command) ([]byte, error) {
+	if _, ok := opNames[c.Op]; !ok {
+		return dst, fmt.Errorf("encode command: unknown op %d", c.Op)
+	}
+	if len(c.Key) > MaxKeyLen {
+		return dst, fmt.Errorf("encode %s: key of %d bytes exceeds %d", c.Op, len(c.Key), MaxKeyLen)
+	}
+	if len(c.Key) == 0 && c.Op != OpFlush && c.Op != OpExpire && c.Op != OpMember {
+		return dst, fmt.Errorf("encode %s: empty key", c.Op)
+	}
+	dst = append(dst, Version, byte(c.Op))
+	dst = binary.BigEndian.AppendUint64(dst, c.ReqID)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(c.Stamp))
+	switch c.Op {
+	case OpSet, OpAdd, OpReplace, OpCAS:
+		dst = appendBytes(dst, c.Key)
+		dst = binary.BigEndian.AppendUint32(dst, c.Flags)
+		dst = binary.BigEndian.AppendUint64(dst, uint64(c.Exptime))
+		if c.Op == OpCAS {
+			dst = binary.BigEndian.AppendUint64(dst, c.CAS)
+		}
+		dst = appendBytes(dst, c.Value)
+	case OpAppend, OpPrepend:
+		dst = appendBytes(dst, c.Key)
+		dst = binary.BigEndian.AppendUint32(dst, c.MaxSize)
+		dst = appendBytes(dst, c.Value)
+	case OpIncr, OpDecr:
+		dst = appendBytes(dst, c.Key)
+		dst = binary.BigEndian.AppendUint64(dst, c.Delta)
+	case OpTouch, OpGAT:
+		dst = appendBytes(dst, c.Key)
+		dst = binary.BigEndian.AppendUint64(dst, uint64(c.Exptime))
+	case OpDelete:
+		dst = appendBytes(dst, c.Key)
+	case OpFlush:
+		dst = binary.BigEndian.AppendUint64(dst, uint64(c.Delay))
+	case OpExpire:
+		if len(c.Expired) > MaxExpired {
+			return dst, fmt.Errorf("encode expire: %d items exceeds %d", len(c.Expired), MaxExpired)
+		}
+		dst = binary.AppendUvarint(dst, uint64(len(c.Expired)))
+		for _, kc := range c.Expired {
+			dst = appendBytes(dst, kc.Key)
+			dst = binary.BigEndian.AppendUint64(dst, kc.CAS)
+		}
+	case OpMember:
+		m := &c.Member
+		for _, f := range []string{m.Name, m.PeerAddr, m.HTTPAddr, m.MemcacheAddr} {
+			if len(f) > MaxAttrLen {
+				return dst, fmt.Errorf("encode member: attribute of %d bytes exceeds %d", len(f), MaxAttrLen)
+			}
+		}
+		dst = binary.BigEndian.AppendUint64(dst, m.ID)
+		for _, f := range []string{m.Name, m.PeerAddr, m.HTTPAddr, m.MemcacheAddr} {
+			dst = appendBytes(dst, []byte(f))
+		}
+	}
+	return dst, nil
+}
+
+func appendBytes(dst, b []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
+}
+
+// ErrCorrupt is wrapped by every Decode failure.
+var ErrCorrupt = errors.New("corrupt command")
+
+// Decode parses entry bytes into c. Key, Value and Expired keys alias data, so
+// data must stay unmodified while c is in use.
+func Decode(data []byte, c *Command) error {
+	*c = Command{}
+	if len(data) < headerLen {
+		return fmt.Errorf("%w: %d bytes is shorter than the header", ErrCorrupt, len(data))
+	}
+	if data[0] != Version {
+		return fmt.Errorf("%w: unknown version %d", ErrCorrupt, data[0])
+	}
+	c.Op = Op(data[1])
+	if _, ok := opNames[c.Op]; !ok {
+		return fmt.Errorf("%w: unknown op %d", ErrCorrupt, data[1])
+	}
+	c.ReqID = binary.BigEndian.Uint64(data[2:])
+	c.Stamp = int64(binary.BigEndian.Uint64(data[10:]))
+	d := decoder{b: data[headerLen:]}
+	switch c.Op {
+	case OpSet, OpAdd, OpReplace, OpCAS:
+		c.Key = d.key()
+		c.Flags = d.u32()
+		c.Exptime = int64(d.u64())
+		if c.Op == OpCAS {
+			c.CAS = d.u64()
+		}
+		c.Value = d.bytes(MaxValueLen)
+	case OpAppend, OpPrepend:
+		c.Key = d.key()
+		c.MaxSize = d.u32()
+		c.Value = d.bytes(MaxValueLen)
+	case OpIncr, OpDecr:
+		c.Key = d.key()
+		c.Delta = d.u64()
+	case OpTouch, OpGAT:
+		c.Key = d.key()
+		c.Exptime = int64(d.u64())
+	case OpDelete:
+		c.Key = d.key()
+	case OpFlush:
+		c.Delay = int64(d.u64())
+	case OpExpire:
+		n := d.uvarint()
+		if n > MaxExpired {
+			return fmt.Errorf("%w: expire of %d items", ErrCorrupt, n)
+		}
+		c.Expired = make([]KeyCAS, 0, min(n, uint64(len(d.b))))
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			k := d.key()
+			c.Expired = append(c.Expired, KeyCAS{Key: k, CAS: d.u64()})
+		}
+	case OpMember:
+		m := &c.Member
+		m.ID = d.u64()
+		m.Name = string(d.bytes(MaxAttrLen))
+		m.PeerAddr = string(d.bytes(MaxAttrLen))
+		m.HTTPAddr = string(d.bytes(MaxAttrLen))
+		m.MemcacheAddr = string(d.bytes(MaxAttrLen))
+	}
+	if d.err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrCorrupt, c.Op, d.err)
+	}
+	if len(d.b) != 0 {
+		return fmt.Errorf("%w: %s: %d trailing bytes", ErrCorrupt, c.Op, len(d.b))
+	}
+	return nil
+}
+
+// Describe renders c for logs and debugging tools, without values.
+func Describe(c *Command) string {
+	switch c.Op {
+	case OpFlush:
+		return fmt.Sprintf("%s delay=%d req=%x", c.Op, c.Delay, c.ReqID)
+	case OpExpire:
+		return fmt.Sprintf("%s items=%d req=%x", c.Op, len(c.Expired), c.ReqID)
+	case OpMember:
+		return fmt.Sprintf("%s id=%x name=%q req=%x", c.Op, c.Member.ID, c.Member.Name, c.ReqID)
+	default:
+		return fmt.Sprintf("%s key=%q value=%dB req=%x", c.Op, c.Key, len(c.Value), c.ReqID)
+	}
+}
+
+// decoder reads fields, remembering the first error so call sites stay flat.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("truncated %s", what)
+	}
+	d.b = nil
+}
+
+func (d *decoder) u32() uint32 {
+	if len(d.b) < 4 {
+		d.fail("u32")
+		return 0
+	}
+	v := binary.BigEndian.Uint32(d.b)
+	d.b = d.b[4:]
+	return v
+}
+
+func (d *decoder) u64() uint64 {
+	if len(d.b) < 8 {
+		d.fail("u64")
+		return 0
+	}
+	v := binary.BigEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	// A varint whose last byte is zero (after at least one continuation
+	// byte) is a longer spelling of a smaller number; the format has exactly
+	// one spelling per command, so such an encoding is corrupt.
+	if n <= 0 || (n > 1 && d.b[n-1] == 0) {
+		d.fail("length")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) bytes(limit uint64) []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > limit || n > uint64(len(d.b)) {
+		d.fail("bytes")
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) key() []byte {
+	k := d.bytes(MaxKeyLen)
+	if d.err == nil && len(k) == 0 {
+		d.err = errors.New("empty key")
+	}
+	return k
+}

@@ -1,0 +1,128 @@
+package compat
+
+import (
+	"bufio"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvd-project/kvd/internal/testutil/kvdproc"
+)
+
+// TestMemccapableASCII runs libmemcached's protocol checker, in ASCII mode,
+// against a real kvd. It needs memccapable (Debian libmemcached-tools).
+func TestMemccapableASCII(t *testing.T) {
+	bin, err := exec.LookPath("memccapable")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("memccapable is not installed; .ci/run installs libmemcached-tools")
+		}
+		t.Skip("memccapable not installed (apt-get install libmemcached-tools)")
+	}
+	p := kvdproc.Start(t, t.TempDir())
+	host, port, _ := strings.Cut(p.MemcacheAddr, ":")
+	out, err := exec.Command(bin, "-h", host, "-p", port, "-a", "-t", "10").CombinedOutput()
+	t.Logf("memccapable:\n%s", out)
+	require.NoError(t, err)
+	require.Contains(t, string(out), "All tests passed")
+	require.NotContains(t, string(out), "[fail]")
+}
+
+// TestGomemcacheSuite runs the gomemcache package's own client tests against
+// a real kvd: a copy of the module from the module cache, with only the
+// server address it dials changed.
+func TestGomemcacheSuite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds another module")
+	}
+	dirOut, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/bradfitz/gomemcache").Output()
+	require.NoError(t, err, "locate gomemcache in the module cache")
+	src := strings.TrimSpace(string(dirOut))
+	dst := t.TempDir()
+	require.NoError(t, os.CopyFS(dst, os.DirFS(src)))
+	require.NoError(t, filepath.WalkDir(dst, func(path string, d os.DirEntry, err error) error {
+		if err == nil {
+			err = os.Chmod(path, 0o755)
+		}
+		return err
+	}))
+
+	p := kvdproc.Start(t, t.TempDir())
+	testFile := filepath.Join(dst, "memcache", "memcache_test.go")
+	b, err := os.ReadFile(testFile)
+	require.NoError(t, err)
+	const orig = `const localhostTCPAddr = "localhost:11211"`
+	require.Contains(t, string(b), orig, "gomemcache's test no longer names its server this way")
+	b = []byte(strings.Replace(string(b), orig, `const localhostTCPAddr = "`+p.MemcacheAddr+`"`, 1))
+	require.NoError(t, os.WriteFile(testFile, b, 0o644))
+
+	cmd := exec.Command("go", "test", "-count=1", "-v", "-run", "TestLocalhost", "./memcache")
+	cmd.Dir = dst
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	out, err := cmd.CombinedOutput()
+	t.Logf("gomemcache suite:\n%s", out)
+	require.NoError(t, err)
+	require.Contains(t, string(out), "--- PASS: TestLocalhost", "the suite must run, not skip")
+}
+
+// TestConformanceKvd runs the exchange table, the same one real memcached
+// passes in TestConformanceMemcached, against a real kvd process.
+func TestConformanceKvd(t *testing.T) {
+	p := kvdproc.Start(t, t.TempDir())
+	runConformance(t, p.MemcacheAddr)
+}
+
+// TestClientsAgainstClusterFollower points the conformance table and
+// memccapable at a follower of a 3-node cluster: every write is forwarded to
+// the leader and every read goes through ReadIndex.
+func TestClientsAgainstClusterFollower(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	procs := kvdproc.StartCluster(t, 3)
+	var follower *kvdproc.Proc
+	for _, p := range procs {
+		if statOf(t, p.MemcacheAddr, "raft_role") == "follower" {
+			follower = p
+			break
+		}
+	}
+	require.NotNil(t, follower, "no follower found")
+	runConformance(t, follower.MemcacheAddr)
+	if bin, err := exec.LookPath("memccapable"); err == nil {
+		host, port, _ := strings.Cut(follower.MemcacheAddr, ":")
+		out, err := exec.Command(bin, "-h", host, "-p", port, "-a", "-t", "10").CombinedOutput()
+		require.NoError(t, err, "memccapable on a follower:\n%s", out)
+		require.Contains(t, string(out), "All tests passed")
+	}
+}
+
+// statOf reads one general stat over the memcache port.
+func statOf(t *testing.T, addr, name string) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err = c.Write([]byte("stats\r\n"))
+	require.NoError(t, err)
+	r := bufio.NewReader(c)
+	val := ""
+	for {
+		l, err := r.ReadString('\n')
+		require.NoError(t, err)
+		l = strings.TrimSpace(l)
+		if l == "END" {
+			return val
+		}
+		if f := strings.Fields(l); len(f) == 3 && f[1] == name {
+			val = f[2]
+		}
+	}
+}

@@ -1,0 +1,303 @@
+// Package config owns kvd serve's configuration: one struct whose fields
+// document unit, default and relations; Default() is complete; Validate()
+// reports every problem at once. A YAML file (--config) uses the same keys as
+// the flags; flags given on the command line override the file.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is everything `kvd serve` needs.
+type Config struct {
+	// Name is this member's name in --initial-cluster (default: the host name).
+	Name string `yaml:"name"`
+	// DataDir holds raft/ (the log) and state/ (the data). Default ./kvd-data.
+	DataDir string `yaml:"data-dir"`
+	// MemcacheAddr is the memcached text-protocol listener (TCP only; kvd
+	// never speaks UDP). Default 127.0.0.1:11211.
+	MemcacheAddr string `yaml:"memcache-addr"`
+	// HTTPAddr serves /healthz, /readyz and the HTTP API. Default 127.0.0.1:11280.
+	HTTPAddr string `yaml:"http-addr"`
+	// PeerAddr is where peers reach this member's raft transport. Default 127.0.0.1:11290.
+	PeerAddr string `yaml:"peer-addr"`
+	// InitialCluster lists the founding members as name=host:port,… ; it must
+	// name this member. Used only on first start (empty data dir). Default:
+	// this member alone.
+	InitialCluster string `yaml:"initial-cluster"`
+	// Join is the HTTP address of a running member (http://host:port): on
+	// first start the node asks it to add this node as a learner and joins
+	// that cluster instead of founding one. Ignored once the data dir holds
+	// a cluster.
+	Join string `yaml:"join"`
+	// AdvertisePeerAddr, AdvertiseHTTPAddr and AdvertiseMemcacheAddr are the
+	// addresses other members and clients use to reach this node, published
+	// in the member table. Default: the listen address, with a wildcard
+	// host (0.0.0.0, ::) replaced by the host name.
+	AdvertisePeerAddr     string `yaml:"advertise-peer-addr"`
+	AdvertiseHTTPAddr     string `yaml:"advertise-http-addr"`
+	AdvertiseMemcacheAddr string `yaml:"advertise-memcache-addr"`
+
+	// MaxItemSize is the largest value accepted, in bytes (suffixes k, m: 1m =
+	// 1 MiB). Default 1m, like memcached's -I. Range 1k..128m.
+	MaxItemSize Size `yaml:"max-item-size"`
+	// MaxConnections bounds concurrent memcache connections; one more is
+	// answered "ERROR Too many open connections" and closed. Default 4096.
+	MaxConnections int `yaml:"max-connections"`
+	// RequestTimeout bounds every request from arrival to reply; without a
+	// quorum, requests fail with SERVER_ERROR after it. Default 5s.
+	RequestTimeout time.Duration `yaml:"request-timeout"`
+	// ReadConsistency is the default read path: linearizable (ReadIndex),
+	// lease (leader lease, needs CheckQuorum, which kvd always enables) or
+	// local (this node's state, may be stale). Default linearizable.
+	ReadConsistency string `yaml:"read-consistency"`
+	// HeartbeatInterval is the raft tick and leader heartbeat period. Default 50ms.
+	HeartbeatInterval time.Duration `yaml:"heartbeat-interval"`
+	// ElectionTimeout is how long followers wait without a heartbeat before an
+	// election; a multiple of HeartbeatInterval, at least 3×. Default 500ms:
+	// with raft's randomisation a leader loss is noticed within 0.5–1s,
+	// which keeps client-observed failover under a second (bench/failover.sh).
+	ElectionTimeout time.Duration `yaml:"election-timeout"`
+	// SnapshotCount is how many applied entries pass between raft log
+	// compactions (etcd's --snapshot-count). Default 10000; at least 1.
+	SnapshotCount uint64 `yaml:"snapshot-count"`
+	// SnapshotCatchupEntries is how many entries a compaction keeps behind
+	// the applied index, so that a briefly slow follower catches up from the
+	// log; one further behind is sent a snapshot (etcd's
+	// --snapshot-catchup-entries). Default 5000; at least 1.
+	SnapshotCatchupEntries uint64 `yaml:"snapshot-catchup-entries"`
+	// CacheSize is Pebble's block cache for the state store. Default 64m.
+	CacheSize Size `yaml:"cache-size"`
+	// ShutdownTimeout bounds the graceful drain on SIGTERM. Default 10s.
+	ShutdownTimeout time.Duration `yaml:"shutdown-timeout"`
+	// LogLevel is debug, info, warn or error. Default info.
+	LogLevel string `yaml:"log-level"`
+	// EnablePprof serves Go's profiler at /debug/pprof/ on the HTTP listener.
+	// Default off.
+	EnablePprof bool `yaml:"enable-pprof"`
+}
+
+// Default returns the configuration used when nothing is given.
+func Default() Config {
+	name, err := os.Hostname()
+	if err != nil || name == "" {
+		name = "kvd"
+	}
+	return Config{
+		Name:                   name,
+		DataDir:                "./kvd-data",
+		MemcacheAddr:           "127.0.0.1:11211",
+		HTTPAddr:               "127.0.0.1:11280",
+		PeerAddr:               "127.0.0.1:11290",
+		MaxItemSize:            1 << 20,
+		MaxConnections:         4096,
+		RequestTimeout:         5 * time.Second,
+		ReadConsistency:        "linearizable",
+		HeartbeatInterval:      50 * time.Millisecond,
+		ElectionTimeout:        500 * time.Millisecond,
+		SnapshotCount:          10000,
+		SnapshotCatchupEntries: 5000,
+		CacheSize:              64 << 20,
+		ShutdownTimeout:        10 * time.Second,
+		LogLevel:               "info",
+	}
+}
+
+// LoadFile overlays the YAML file at path onto c. Unknown keys are errors, so
+// a typo never silently falls back to a default.
+func (c *Config) LoadFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("read config file: %w", err)
+	}
+	defer f.Close()
+	dec := yaml.NewDecoder(f)
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil {
+		return fmt.Errorf("parse config file %s: %w", path, err)
+	}
+	return nil
+}
+
+// Member is one entry of the initial cluster.
+type Member struct {
+	Name     string
+	PeerAddr string
+}
+
+// Members parses InitialCluster; empty means this member alone.
+func (c *Config) Members() ([]Member, error) {
+	if strings.TrimSpace(c.InitialCluster) == "" {
+		return []Member{{Name: c.Name, PeerAddr: c.PeerAddr}}, nil
+	}
+	var out []Member
+	seen := map[string]bool{}
+	for _, part := range strings.Split(c.InitialCluster, ",") {
+		name, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || name == "" || addr == "" {
+			return nil, fmt.Errorf("initial-cluster: %q is not name=host:port", part)
+		}
+		addr = strings.TrimPrefix(strings.TrimPrefix(addr, "http://"), "https://")
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("initial-cluster: member %s: %w", name, err)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("initial-cluster: member %s listed twice", name)
+		}
+		seen[name] = true
+		out = append(out, Member{Name: name, PeerAddr: addr})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Validate reports every problem at once.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.Name == "" || strings.ContainsAny(c.Name, ",= \t") {
+		add("name %q: must be non-empty without ',', '=' or spaces", c.Name)
+	}
+	if c.DataDir == "" {
+		add("data-dir: must not be empty")
+	}
+	for flag, addr := range map[string]string{"memcache-addr": c.MemcacheAddr, "http-addr": c.HTTPAddr, "peer-addr": c.PeerAddr} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			add("%s %q: %v", flag, addr, err)
+		}
+	}
+	if c.MaxItemSize < 1<<10 || c.MaxItemSize > 128<<20 {
+		add("max-item-size %d: must be between 1k and 128m", c.MaxItemSize)
+	}
+	if c.MaxConnections < 1 {
+		add("max-connections %d: must be at least 1", c.MaxConnections)
+	}
+	if c.RequestTimeout <= 0 {
+		add("request-timeout %s: must be positive", c.RequestTimeout)
+	}
+	switch c.ReadConsistency {
+	case "linearizable", "lease", "local":
+	default:
+		add("read-consistency %q: must be linearizable, lease or local", c.ReadConsistency)
+	}
+	if c.HeartbeatInterval < time.Millisecond {
+		add("heartbeat-interval %s: must be at least 1ms", c.HeartbeatInterval)
+	} else if c.ElectionTimeout < 3*c.HeartbeatInterval {
+		add("election-timeout %s: must be at least 3× heartbeat-interval (%s)", c.ElectionTimeout, c.HeartbeatInterval)
+	}
+	if c.CacheSize < 1<<20 {
+		add("cache-size %d: must be at least 1m", c.CacheSize)
+	}
+	if c.ShutdownTimeout <= 0 {
+		add("shutdown-timeout %s: must be positive", c.ShutdownTimeout)
+	}
+	if c.SnapshotCount < 1 {
+		add("snapshot-count %d: must be at least 1", c.SnapshotCount)
+	}
+	if c.SnapshotCatchupEntries < 1 {
+		add("snapshot-catchup-entries %d: must be at least 1", c.SnapshotCatchupEntries)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		add("log-level %q: must be debug, info, warn or error", c.LogLevel)
+	}
+	for flag, addr := range map[string]string{"advertise-peer-addr": c.AdvertisePeerAddr,
+		"advertise-http-addr": c.AdvertiseHTTPAddr, "advertise-memcache-addr": c.AdvertiseMemcacheAddr} {
+		if addr == "" {
+			continue
+		}
+		if host, port, err := net.SplitHostPort(addr); err != nil || host == "" || port == "0" {
+			add("%s %q: want a reachable host:port", flag, addr)
+		}
+	}
+	if c.Join != "" {
+		if c.InitialCluster != "" {
+			add("join and initial-cluster: give one (join an existing cluster, or found a new one)")
+		}
+		if u, err := url.Parse(c.Join); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("join %q: want the HTTP address of a member, like http://host:11280", c.Join)
+		}
+	}
+	members, err := c.Members()
+	if err != nil {
+		errs = append(errs, err)
+	} else {
+		found := false
+		for _, m := range members {
+			found = found || m.Name == c.Name
+		}
+		if !found {
+			add("initial-cluster: does not name this member %q", c.Name)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ElectionTicks is the election timeout in heartbeat ticks.
+func (c *Config) ElectionTicks() int {
+	return int(c.ElectionTimeout / c.HeartbeatInterval)
+}
+
+// Size is a byte count that reads "1048576", "1024k", "1m" or "1MiB".
+type Size int64
+
+// ParseSize reads a byte count with an optional k/m/g (binary) suffix.
+func ParseSize(s string) (Size, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "ib"), "b")
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'k':
+			mult, t = 1<<10, t[:n-1]
+		case 'm':
+			mult, t = 1<<20, t[:n-1]
+		case 'g':
+			mult, t = 1<<30, t[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || v < 0 || v > (1<<62)/mult {
+		return 0, fmt.Errorf("invalid size %q (want e.g. 1048576, 1024k, 1m)", s)
+	}
+	return Size(v * mult), nil
+}
+
+func (s Size) String() string {
+	switch {
+	case s != 0 && s%(1<<20) == 0:
+		return strconv.FormatInt(int64(s)>>20, 10) + "m"
+	case s != 0 && s%(1<<10) == 0:
+		return strconv.FormatInt(int64(s)>>10, 10) + "k"
+	}
+	return strconv.FormatInt(int64(s), 10)
+}
+
+// Set implements pflag.Value.
+func (s *Size) Set(v string) error {
+	n, err := ParseSize(v)
+	if err != nil {
+		return err
+	}
+	*s = n
+	return nil
+}
+
+// Type implements pflag.Value.
+func (s *Size) Type() string { return "size" }
+
+// UnmarshalYAML accepts a number or a suffixed string.
+func (s *Size) UnmarshalYAML(n *yaml.Node) error {
+	return s.Set(n.Value)
+}

@@ -1,0 +1,648 @@
+// Package fsm owns kvd's state machine: the Pebble store under <data-dir>/state
+// that every node builds by applying committed log entries in order.
+//
+// Apply is a pure function of (state, entry): it reads no clock, no randomness
+// and no configuration — time comes from the entry's stamp, CAS tokens are raft
+// indexes, and limits travel inside the command. The applied index is written
+// in the same batch as the data, so after a crash the state is exactly "all
+// entries up to applied", and the raft log replays the rest. Batches commit
+// without fsync (the raft log is the durable record); Sync makes them durable
+// before the log may be truncated.
+//
+// Apply is called only from the replica's Ready loop (one goroutine). Get,
+// ExpiredBefore and Stats may be called from any goroutine.
+package fsm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/kvd-project/kvd/internal/command"
+	"github.com/kvd-project/kvd/internal/durable"
+)
+
+// Status is the outcome of one applied command, in memcached's vocabulary.
+type Status uint8
+
+const (
+	// StatusNone: the entry carried no command (a raft no-op or already applied).
+	StatusNone Status = iota
+	StatusStored
+	StatusNotStored
+	StatusExists
+	StatusNotFound
+	StatusDeleted
+	StatusTouched
+	StatusOK
+	// StatusValue: incr/decr succeeded; Result.Value holds the new number.
+	StatusValue
+	// StatusHit: gat found the item; Result.Item holds it.
+	StatusHit
+	// StatusNonNumeric: incr/decr on a value that is not a decimal number.
+	StatusNonNumeric
+	// StatusTooLarge: append/prepend would exceed the item size limit.
+	StatusTooLarge
+	// StatusInvalid: the entry could not be decoded; every node skips it alike.
+	StatusInvalid
+)
+
+var statusNames = [...]string{"none", "stored", "not_stored", "exists", "not_found", "deleted",
+	"touched", "ok", "value", "hit", "non_numeric", "too_large", "invalid"}
+
+func (s Status) String() string {
+	if int(s) < len(statusNames) {
+		return statusNames[s]
+	}
+	return "status(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Entry is one committed log entry handed to Apply.
+type Entry struct {
+	Index uint64
+	Data  []byte
+	// Member, when set, is a raft configuration change's effect on the
+	// member table (Data is then empty).
+	Member *MemberChange
+}
+
+// MemberChange adds or removes a member of the replicated member table.
+type MemberChange struct {
+	ID     uint64
+	Remove bool
+	// Name and PeerAddr come with an add; a promotion carries none and
+	// keeps what the table holds.
+	Name, PeerAddr string
+}
+
+// Result is what applying one entry produced, for the request that proposed it.
+type Result struct {
+	ReqID  uint64
+	Status Status
+	Value  uint64 // StatusValue
+	Item   Item   // StatusHit; Value is a private copy
+}
+
+// Options tunes the state store; zero values take the defaults.
+type Options struct {
+	// CacheBytes is Pebble's block cache size in bytes (default 64 MiB).
+	CacheBytes int64
+	// FS replaces the filesystem, for crash tests (default: the OS).
+	FS vfs.FS
+}
+
+// FSM is the state machine over one Pebble instance.
+type FSM struct {
+	// dbMu guards db against InstallSnapshot, which closes it and opens the
+	// received state in its place. Readers on other goroutines hold it shared
+	// while they use db; Apply and Sync need not, because they run on the
+	// same goroutine as InstallSnapshot (the replica's Ready loop).
+	dbMu   sync.RWMutex
+	db     *pebble.DB // nil only after an install failed half-way
+	dir    string
+	opts   Options
+	logger *slog.Logger
+
+	applied atomic.Uint64
+	items   atomic.Int64
+	bytes   atomic.Int64
+	flushAt atomic.Int64 // pending delayed flush_all horizon, Unix ns; 0 = none
+	// members caches the member table: read on every cluster view and peer
+	// check, written only by membership entries and snapshot installs.
+	members atomic.Pointer[[]Member]
+
+	// scratch buffers reused by Apply (single goroutine).
+	kbuf, vbuf []byte
+}
+
+// Open opens (or creates) the state store in dir.
+func Open(dir string, logger *slog.Logger, opts Options) (*FSM, error) {
+	if opts.CacheBytes <= 0 {
+		opts.CacheBytes = 64 << 20
+	}
+	if opts.FS == nil {
+		opts.FS = vfs.Default
+	}
+	// A crash in the middle of InstallSnapshot leaves the previous state
+	// aside; put back whichever of the two is whole before opening.
+	if err := recoverInstall(opts.FS, dir, logger); err != nil {
+		return nil, fmt.Errorf("open state store %s: %w", dir, err)
+	}
+	// Pebble syncs the directory it creates, not its parent: without this a
+	// power loss right after the first start could take the whole state
+	// directory back while the raft log, compacted behind it, survives.
+	if err := durable.MkdirAll(opts.FS, dir); err != nil {
+		return nil, fmt.Errorf("open state store %s: create directory: %w", dir, err)
+	}
+	db, meta, err := openStore(dir, opts, logger)
+	if err != nil {
+		return nil, err
+	}
+	f := &FSM{db: db, dir: dir, opts: opts, logger: logger}
+	f.setMeta(meta)
+	if err := f.loadMembers(); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open state store %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+// Close closes the store. Applied state not yet synced is still in Pebble's
+// WAL and survives a clean close.
+func (f *FSM) Close() error {
+	f.dbMu.Lock()
+	defer f.dbMu.Unlock()
+	if f.db == nil {
+		return nil
+	}
+	db := f.db
+	f.db = nil
+	if err := db.Close(); err != nil {
+		return fmt.Errorf("close state store: %w", err)
+	}
+	return nil
+}
+
+// AppliedIndex is the index of the last entry applied (visible to Get).
+func (f *FSM) AppliedIndex() uint64 { return f.applied.Load() }
+
+// Sync makes everything applied so far durable and returns that index. The
+// raft log may be truncated up to it and no further.
+func (f *FSM) Sync() (uint64, error) {
+	idx := f.applied.Load()
+	// An empty synced WAL record forces every earlier (unsynced) batch to disk.
+	if err := f.db.LogData(nil, pebble.Sync); err != nil {
+		return 0, fmt.Errorf("sync state store: %w", err)
+	}
+	return idx, nil
+}
+
+// Stats is a point-in-time view for monitoring.
+type Stats struct {
+	Applied uint64
+	Items   int64
+	Bytes   int64
+	// DiskBytes is Pebble's on-disk footprint.
+	DiskBytes uint64
+	// CompactionDebt is Pebble's estimate of bytes its compactions are
+	// behind; BlockCacheHits and BlockCacheMisses count block cache lookups.
+	CompactionDebt                   uint64
+	BlockCacheHits, BlockCacheMisses int64
+}
+
+// Stats returns counters maintained by apply (identical on every node at the
+// same applied index).
+func (f *FSM) Stats() Stats {
+	s := Stats{
+		Applied: f.applied.Load(),
+		Items:   f.items.Load(),
+		Bytes:   f.bytes.Load(),
+	}
+	f.dbMu.RLock()
+	defer f.dbMu.RUnlock()
+	if f.db != nil {
+		m := f.db.Metrics()
+		s.DiskBytes = m.DiskSpaceUsage()
+		s.CompactionDebt = m.Compact.EstimatedDebt
+		s.BlockCacheHits, s.BlockCacheMisses = m.BlockCache.Hits, m.BlockCache.Misses
+	}
+	return s
+}
+
+// Get returns the item under key if it is visible at nowNs (Unix ns, the
+// reader's clock): not expired and not hidden by a delayed flush_all.
+func (f *FSM) Get(key []byte, nowNs int64) (Item, bool, error) {
+	var kb [1 + command.MaxKeyLen]byte
+	f.dbMu.RLock()
+	defer f.dbMu.RUnlock()
+	if f.db == nil {
+		return Item{}, false, errNoStore
+	}
+	v, closer, err := f.db.Get(dataKey(kb[:0], key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return Item{}, false, nil
+	}
+	if err != nil {
+		return Item{}, false, fmt.Errorf("get %q: %w", key, err)
+	}
+	defer closer.Close()
+	var it Item
+	if err := decodeItem(v, &it); err != nil {
+		return Item{}, false, fmt.Errorf("get %q: %w", key, err)
+	}
+	if !f.visible(&it, nowNs) {
+		return Item{}, false, nil
+	}
+	it.Value = append([]byte(nil), it.Value...)
+	return it, true, nil
+}
+
+func (f *FSM) visible(it *Item, nowNs int64) bool {
+	return visible(it, f.flushAt.Load(), nowNs)
+}
+
+// visible is the one rule, for reads and for apply: an item is gone from its
+// expiry second on, and once a delayed flush_all horizon (flushAt, Unix ns;
+// 0 = none) has passed, so is everything stored before it.
+func visible(it *Item, flushAt, nowNs int64) bool {
+	if it.Expiry != 0 && it.Expiry <= nowNs/1e9 {
+		return false
+	}
+	return flushAt == 0 || nowNs < flushAt || it.StoredAt >= flushAt
+}
+
+// ExpiredBefore lists up to limit items whose expiry is at or before nowSec,
+// each with the CAS it had when found, for the leader's expiry sweep.
+func (f *FSM) ExpiredBefore(nowSec int64, limit int) ([]command.KeyCAS, error) {
+	upper := make([]byte, 0, 9)
+	upper = append(upper, prefixExpiry)
+	upper = binary.BigEndian.AppendUint64(upper, uint64(nowSec)+1)
+	f.dbMu.RLock()
+	defer f.dbMu.RUnlock()
+	if f.db == nil {
+		return nil, errNoStore
+	}
+	iter, err := f.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixExpiry}, UpperBound: upper})
+	if err != nil {
+		return nil, fmt.Errorf("scan expiry index: %w", err)
+	}
+	defer iter.Close()
+	var out []command.KeyCAS
+	for ok := iter.First(); ok && len(out) < limit; ok = iter.Next() {
+		k, v := iter.Key(), iter.Value()
+		if len(k) < 9 || len(v) != 8 {
+			return nil, fmt.Errorf("scan expiry index: malformed entry %q", k)
+		}
+		out = append(out, command.KeyCAS{Key: append([]byte(nil), k[9:]...), CAS: binary.BigEndian.Uint64(v)})
+	}
+	if err := iter.Error(); err != nil {
+		return nil, fmt.Errorf("scan expiry index: %w", err)
+	}
+	return out, nil
+}
+
+// Apply applies committed entries in order in one Pebble batch and returns one
+// Result per entry. Entries at or below the applied index are skipped (a
+// restart replays the log from the last compaction point). An error means the
+// store could not be written: the caller must stop the node.
+func (f *FSM) Apply(ents []Entry) ([]Result, error) {
+	results := make([]Result, len(ents))
+	b := f.db.NewIndexedBatch()
+	defer b.Close()
+	applied := f.applied.Load()
+	st := applyState{items: f.items.Load(), bytes: f.bytes.Load(), flushAt: f.flushAt.Load()}
+	var c command.Command
+	for i, e := range ents {
+		if e.Index <= applied {
+			continue
+		}
+		if e.Index != applied+1 {
+			return nil, fmt.Errorf("apply: entry %d does not follow applied index %d", e.Index, applied)
+		}
+		applied = e.Index
+		if e.Member != nil {
+			st.membersChanged = true
+			if err := f.applyMemberChange(b, e.Member); err != nil {
+				return nil, fmt.Errorf("apply member change at %d: %w", e.Index, err)
+			}
+			continue
+		}
+		if len(e.Data) == 0 {
+			continue
+		}
+		if err := command.Decode(e.Data, &c); err != nil {
+			// Deterministic on every node: log and skip, never stop the cluster.
+			f.logger.Error("skipping undecodable entry", "index", e.Index, "err", err)
+			results[i] = Result{Status: StatusInvalid}
+			continue
+		}
+		r, err := f.applyOne(b, &st, &c, e.Index)
+		if err != nil {
+			return nil, fmt.Errorf("apply entry %d (%s): %w", e.Index, command.Describe(&c), err)
+		}
+		r.ReqID = c.ReqID
+		results[i] = r
+	}
+	if applied == f.applied.Load() {
+		return results, nil
+	}
+	var buf [8]byte
+	for _, m := range []struct {
+		key []byte
+		v   uint64
+	}{{metaApplied, applied}, {metaItems, uint64(st.items)}, {metaBytes, uint64(st.bytes)}, {metaFlushAt, uint64(st.flushAt)}} {
+		binary.BigEndian.PutUint64(buf[:], m.v)
+		if err := b.Set(m.key, buf[:], nil); err != nil {
+			return nil, fmt.Errorf("apply: write %q: %w", m.key, err)
+		}
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return nil, fmt.Errorf("apply: commit batch: %w", err)
+	}
+	f.items.Store(st.items)
+	f.bytes.Store(st.bytes)
+	f.flushAt.Store(st.flushAt)
+	f.applied.Store(applied)
+	if st.membersChanged {
+		if err := f.loadMembers(); err != nil {
+			return nil, fmt.Errorf("apply: %w", err)
+		}
+	}
+	return results, nil
+}
+
+// applyState carries the counters through one batch.
+type applyState struct {
+	items, bytes int64
+	flushAt      int64
+	// membersChanged: the member table must be reloaded after the commit.
+	membersChanged bool
+}
+
+func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, index uint64) (Result, error) {
+	if c.Op == command.OpFlush {
+		return f.applyFlush(b, st, c)
+	}
+	if c.Op == command.OpExpire {
+		return f.applyExpire(b, st, c)
+	}
+	if c.Op == command.OpMember {
+		st.membersChanged = true
+		return f.applyMemberAttrs(b, &c.Member)
+	}
+	old, exists, err := f.load(b, c.Key)
+	if err != nil {
+		return Result{}, err
+	}
+	live := exists && visible(&old, st.flushAt, c.Stamp)
+	nowSec := c.Stamp / 1e9
+	next := Item{Flags: c.Flags, Expiry: expiryOf(c.Exptime, nowSec), CAS: index, StoredAt: c.Stamp, Value: c.Value}
+
+	switch c.Op {
+	case command.OpSet:
+	case command.OpAdd:
+		if live {
+			return Result{Status: StatusNotStored}, nil
+		}
+	case command.OpReplace:
+		if !live {
+			return Result{Status: StatusNotStored}, nil
+		}
+	case command.OpCAS:
+		if !live {
+			return Result{Status: StatusNotFound}, nil
+		}
+		if old.CAS != c.CAS {
+			return Result{Status: StatusExists}, nil
+		}
+	case command.OpAppend, command.OpPrepend:
+		if !live {
+			return Result{Status: StatusNotStored}, nil
+		}
+		if uint64(len(old.Value))+uint64(len(c.Value)) > uint64(c.MaxSize) {
+			return Result{Status: StatusTooLarge}, nil
+		}
+		v := make([]byte, 0, len(old.Value)+len(c.Value))
+		if c.Op == command.OpAppend {
+			v = append(append(v, old.Value...), c.Value...)
+		} else {
+			v = append(append(v, c.Value...), old.Value...)
+		}
+		next.Flags, next.Expiry, next.Value = old.Flags, old.Expiry, v
+	case command.OpIncr, command.OpDecr:
+		if !live {
+			return Result{Status: StatusNotFound}, nil
+		}
+		n, ok := parseCounter(old.Value)
+		if !ok {
+			return Result{Status: StatusNonNumeric}, nil
+		}
+		if c.Op == command.OpIncr {
+			n += c.Delta // wraps at 2^64, as memcached does
+		} else if c.Delta > n {
+			n = 0
+		} else {
+			n -= c.Delta
+		}
+		next.Flags, next.Expiry = old.Flags, old.Expiry
+		next.Value = formatCounter(n, len(old.Value))
+		if err := f.store(b, st, c.Key, &old, exists, &next, nowSec); err != nil {
+			return Result{}, err
+		}
+		return Result{Status: StatusValue, Value: n}, nil
+	case command.OpTouch, command.OpGAT:
+		if !live {
+			return Result{Status: StatusNotFound}, nil
+		}
+		next = old
+		next.Value = append([]byte(nil), old.Value...)
+		next.Expiry = expiryOf(c.Exptime, nowSec)
+		if err := f.store(b, st, c.Key, &old, exists, &next, nowSec); err != nil {
+			return Result{}, err
+		}
+		if c.Op == command.OpGAT {
+			return Result{Status: StatusHit, Item: next}, nil
+		}
+		return Result{Status: StatusTouched}, nil
+	case command.OpDelete:
+		if exists {
+			if err := f.remove(b, st, c.Key, &old); err != nil {
+				return Result{}, err
+			}
+		}
+		if !live {
+			return Result{Status: StatusNotFound}, nil
+		}
+		return Result{Status: StatusDeleted}, nil
+	default:
+		return Result{Status: StatusInvalid}, nil
+	}
+	if err := f.store(b, st, c.Key, &old, exists, &next, nowSec); err != nil {
+		return Result{}, err
+	}
+	return Result{Status: StatusStored}, nil
+}
+
+func (f *FSM) applyFlush(b *pebble.Batch, st *applyState, c *command.Command) (Result, error) {
+	at := c.Stamp
+	if c.Delay > 0 {
+		at = expiryOf(c.Delay, c.Stamp/1e9) * 1e9
+	}
+	if at > c.Stamp {
+		// A later flush_all replaces a pending one, as in memcached.
+		st.flushAt = at
+		return Result{Status: StatusOK}, nil
+	}
+	// Immediate: everything stored before this entry goes, exactly at this
+	// point of the log; anything after it is visible, even in the same second.
+	for _, p := range []byte{prefixData, prefixExpiry} {
+		if err := b.DeleteRange([]byte{p}, []byte{p + 1}, nil); err != nil {
+			return Result{}, fmt.Errorf("flush_all: %w", err)
+		}
+	}
+	st.items, st.bytes, st.flushAt = 0, 0, 0
+	return Result{Status: StatusOK}, nil
+}
+
+func (f *FSM) applyExpire(b *pebble.Batch, st *applyState, c *command.Command) (Result, error) {
+	for _, kc := range c.Expired {
+		old, exists, err := f.load(b, kc.Key)
+		if err != nil {
+			return Result{}, err
+		}
+		// Only the version the sweeper saw, and only if it really is expired
+		// at this entry's time: a concurrent set or touch wins.
+		if !exists || old.CAS != kc.CAS || visible(&old, st.flushAt, c.Stamp) {
+			continue
+		}
+		if err := f.remove(b, st, kc.Key, &old); err != nil {
+			return Result{}, err
+		}
+	}
+	return Result{Status: StatusOK}, nil
+}
+
+func (f *FSM) load(b *pebble.Batch, key []byte) (Item, bool, error) {
+	f.kbuf = dataKey(f.kbuf[:0], key)
+	v, closer, err := b.Get(f.kbuf)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return Item{}, false, nil
+	}
+	if err != nil {
+		return Item{}, false, fmt.Errorf("read %q: %w", key, err)
+	}
+	defer closer.Close()
+	var it Item
+	if err := decodeItem(v, &it); err != nil {
+		return Item{}, false, fmt.Errorf("read %q: %w", key, err)
+	}
+	it.Value = append([]byte(nil), it.Value...)
+	return it, true, nil
+}
+
+func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *Item, exists bool, next *Item, nowSec int64) error {
+	if next.Expiry != 0 && next.Expiry <= nowSec {
+		// Stored already expired (negative or past exptime): invisible from the
+		// start, so keep nothing.
+		if exists {
+			return f.remove(b, st, key, old)
+		}
+		return nil
+	}
+	if exists {
+		st.bytes -= int64(len(old.Value))
+		if old.Expiry != 0 {
+			f.kbuf = expiryKey(f.kbuf[:0], old.Expiry, key)
+			if err := b.Delete(f.kbuf, nil); err != nil {
+				return fmt.Errorf("unindex %q: %w", key, err)
+			}
+		}
+	} else {
+		st.items++
+	}
+	st.bytes += int64(len(next.Value))
+	f.vbuf = encodeItem(f.vbuf[:0], next)
+	f.kbuf = dataKey(f.kbuf[:0], key)
+	if err := b.Set(f.kbuf, f.vbuf, nil); err != nil {
+		return fmt.Errorf("write %q: %w", key, err)
+	}
+	if next.Expiry != 0 {
+		var cas [8]byte
+		binary.BigEndian.PutUint64(cas[:], next.CAS)
+		f.kbuf = expiryKey(f.kbuf[:0], next.Expiry, key)
+		if err := b.Set(f.kbuf, cas[:], nil); err != nil {
+			return fmt.Errorf("index %q: %w", key, err)
+		}
+	}
+	return nil
+}
+
+func (f *FSM) remove(b *pebble.Batch, st *applyState, key []byte, old *Item) error {
+	st.items--
+	st.bytes -= int64(len(old.Value))
+	f.kbuf = dataKey(f.kbuf[:0], key)
+	if err := b.Delete(f.kbuf, nil); err != nil {
+		return fmt.Errorf("delete %q: %w", key, err)
+	}
+	if old.Expiry != 0 {
+		f.kbuf = expiryKey(f.kbuf[:0], old.Expiry, key)
+		if err := b.Delete(f.kbuf, nil); err != nil {
+			return fmt.Errorf("unindex %q: %w", key, err)
+		}
+	}
+	return nil
+}
+
+// parseCounter reads a stored value as memcached's incr does: decimal digits,
+// optionally followed by the spaces an earlier in-place decr left behind.
+func parseCounter(v []byte) (uint64, bool) {
+	end := len(v)
+	for end > 0 && v[end-1] == ' ' {
+		end--
+	}
+	if end == 0 || end > 20 {
+		return 0, false
+	}
+	var n uint64
+	for _, ch := range v[:end] {
+		if ch < '0' || ch > '9' {
+			return 0, false
+		}
+		d := uint64(ch - '0')
+		if n > (math.MaxUint64-d)/10 {
+			return 0, false
+		}
+		n = n*10 + d
+	}
+	return n, true
+}
+
+// formatCounter writes n; when the number got shorter, memcached rewrites the
+// value in place and pads it with spaces to the old length, and so do we.
+func formatCounter(n uint64, oldLen int) []byte {
+	v := strconv.AppendUint(nil, n, 10)
+	for len(v) < oldLen {
+		v = append(v, ' ')
+	}
+	return v
+}
+
+func getUint64(db *pebble.DB, key []byte) (uint64, error) {
+	v, closer, err := db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer closer.Close()
+	if len(v) != 8 {
+		return 0, fmt.Errorf("want 8 bytes, have %d", len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// quietLogger sends Pebble's chatter to slog at debug level and its errors at
+// error level.
+type quietLogger struct{ l *slog.Logger }
+
+func (q quietLogger) Infof(format string, args ...any) {
+	q.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (q quietLogger) Errorf(format string, args ...any) {
+	q.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (q quietLogger) Fatalf(format string, args ...any) {
+	// Pebble calls Fatalf only on corruption it cannot continue past.
+	q.l.Error(fmt.Sprintf(format, args...), "component", "pebble", "fatal", true)
+	os.Exit(70)
+}

@@ -1,0 +1,130 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble"
+
+	"github.com/kvd-project/kvd/internal/command"
+)
+
+// Member is one row of the replicated member table: who a raft member is and
+// where to reach it. Raft's configuration says which IDs vote; this table,
+// written by the same log and shipped in the same snapshots, says what those
+// IDs are called and where they listen, so a node that catches up by snapshot
+// learns the addresses of members added while it was away.
+type Member struct {
+	ID           uint64 `json:"id"`
+	Name         string `json:"name"`
+	PeerAddr     string `json:"peer_addr"`
+	HTTPAddr     string `json:"http_addr,omitempty"`
+	MemcacheAddr string `json:"memcache_addr,omitempty"`
+}
+
+func memberKey(id uint64) []byte {
+	return binary.BigEndian.AppendUint64(append([]byte(nil), metaMember...), id)
+}
+
+func loadMember(r pebble.Reader, id uint64) (Member, bool, error) {
+	v, closer, err := r.Get(memberKey(id))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return Member{}, false, nil
+	}
+	if err != nil {
+		return Member{}, false, err
+	}
+	defer closer.Close()
+	var m Member
+	if err := json.Unmarshal(v, &m); err != nil {
+		return Member{}, false, fmt.Errorf("member %x: %w", id, err)
+	}
+	return m, true, nil
+}
+
+func storeMember(b *pebble.Batch, m Member) error {
+	v, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return b.Set(memberKey(m.ID), v, nil)
+}
+
+func (f *FSM) applyMemberChange(b *pebble.Batch, c *MemberChange) error {
+	if c.Remove {
+		return b.Delete(memberKey(c.ID), nil)
+	}
+	m, _, err := loadMember(b, c.ID)
+	if err != nil {
+		return err
+	}
+	m.ID = c.ID
+	if c.Name != "" {
+		m.Name = c.Name
+	}
+	if c.PeerAddr != "" {
+		m.PeerAddr = c.PeerAddr
+	}
+	return storeMember(b, m)
+}
+
+// applyMemberAttrs records what a member published about itself. A member
+// the table does not hold yet (a founding member, known to raft from the
+// bootstrap configuration) gets a row; removed members publish nothing that
+// could resurrect them because the proposer checks membership first, and a
+// stale publish that races a removal leaves only an address row for an ID
+// raft no longer lists, which readers ignore.
+func (f *FSM) applyMemberAttrs(b *pebble.Batch, a *command.MemberAttrs) (Result, error) {
+	m, _, err := loadMember(b, a.ID)
+	if err != nil {
+		return Result{}, err
+	}
+	m.ID = a.ID
+	for _, kv := range []struct {
+		dst *string
+		v   string
+	}{{&m.Name, a.Name}, {&m.PeerAddr, a.PeerAddr}, {&m.HTTPAddr, a.HTTPAddr}, {&m.MemcacheAddr, a.MemcacheAddr}} {
+		if kv.v != "" {
+			*kv.dst = kv.v
+		}
+	}
+	if err := storeMember(b, m); err != nil {
+		return Result{}, err
+	}
+	return Result{Status: StatusStored}, nil
+}
+
+// Members returns the member table in ID order (a copy: callers may keep it).
+func (f *FSM) Members() []Member {
+	if p := f.members.Load(); p != nil {
+		return append([]Member(nil), *p...)
+	}
+	return nil
+}
+
+// loadMembers reads the member table from the store into the cache. Callers
+// own f.db for the duration: Open, Apply (the Ready loop) and
+// InstallSnapshot (under the write lock).
+func (f *FSM) loadMembers() error {
+	upper := append(append([]byte(nil), metaMember...), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
+	it, err := f.db.NewIter(&pebble.IterOptions{LowerBound: metaMember, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("read member table: %w", err)
+	}
+	defer it.Close()
+	var out []Member
+	for it.First(); it.Valid(); it.Next() {
+		var m Member
+		if err := json.Unmarshal(it.Value(), &m); err != nil {
+			return fmt.Errorf("read member table: %w", err)
+		}
+		out = append(out, m)
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("read member table: %w", err)
+	}
+	f.members.Store(&out)
+	return nil
+}

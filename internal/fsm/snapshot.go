@@ -1,0 +1,208 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/vfs"
+)
+
+// A snapshot of the state store is a Pebble checkpoint: Checkpoint writes one
+// on the leader (hard links, so it costs little disk and no copy of the data)
+// and the transport streams its files to a follower, which hands the
+// received directory to InstallSnapshot. The applied index travels inside
+// the checkpoint, in the same keys Apply maintains, so the installed state
+// says by itself which log entries it already contains.
+
+// replacedSuffix names the previous state directory while InstallSnapshot
+// swaps a received one in. Its presence at Open means a crash interrupted
+// the swap (see recoverInstall).
+const replacedSuffix = ".replaced"
+
+// errNoStore is what readers get after an install failed half-way; the
+// replica stops the node on that failure, so they see it only briefly.
+var errNoStore = errors.New("state store unavailable: a snapshot install failed")
+
+// storeMeta is the apply bookkeeping kept beside the data.
+type storeMeta struct {
+	applied, items, bytes, flushAt uint64
+}
+
+// openStore opens the Pebble instance in dir and reads its bookkeeping.
+func openStore(dir string, opts Options, logger *slog.Logger) (*pebble.DB, storeMeta, error) {
+	cache := pebble.NewCache(opts.CacheBytes)
+	defer cache.Unref()
+	po := &pebble.Options{Cache: cache, FS: opts.FS, Logger: quietLogger{logger}}
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		return nil, storeMeta{}, fmt.Errorf("open state store %s: %w", dir, err)
+	}
+	var m storeMeta
+	for _, f := range []struct {
+		key []byte
+		v   *uint64
+	}{{metaApplied, &m.applied}, {metaItems, &m.items}, {metaBytes, &m.bytes}, {metaFlushAt, &m.flushAt}} {
+		v, err := getUint64(db, f.key)
+		if err != nil {
+			_ = db.Close()
+			return nil, storeMeta{}, fmt.Errorf("open state store %s: read %q: %w", dir, f.key, err)
+		}
+		*f.v = v
+	}
+	return db, m, nil
+}
+
+func (f *FSM) setMeta(m storeMeta) {
+	f.items.Store(int64(m.items))
+	f.bytes.Store(int64(m.bytes))
+	f.flushAt.Store(int64(m.flushAt))
+	f.applied.Store(m.applied)
+}
+
+// Checkpoint writes a consistent copy of the store into dir, which must not
+// exist (its parent is created if needed), and returns an applied index the
+// copy covers at least: the copy may include entries applied concurrently,
+// never fewer. The WAL is flushed first, so the copy holds everything applied
+// so far even though Apply commits without fsync. Sstables are hard-linked:
+// the caller must remove dir when done with it, or the links keep files the
+// store has compacted away alive on disk. Safe from any goroutine.
+func (f *FSM) Checkpoint(dir string) (uint64, error) {
+	f.dbMu.RLock()
+	defer f.dbMu.RUnlock()
+	if f.db == nil {
+		return 0, errNoStore
+	}
+	applied := f.applied.Load()
+	if err := f.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
+		return 0, fmt.Errorf("checkpoint state store into %s: %w", dir, err)
+	}
+	return applied, nil
+}
+
+// InstallSnapshot replaces the whole state with the checkpoint in src (a
+// directory on the same filesystem as the store, written and fsynced by the
+// caller), which it consumes: on success src no longer exists. minApplied is
+// the raft index of the snapshot: the received state must cover it. It must
+// be called from the goroutine that calls Apply; concurrent readers wait for
+// the swap and then see the new state.
+//
+// The received state is opened and checked once before the current store is
+// touched, so a checkpoint that does not open, or that is behind the
+// snapshot (an empty directory opens as an empty store), costs nothing. The swap itself is two
+// renames, each made durable before the next step:
+//
+//	state → state.replaced, then src → state, then remove state.replaced
+//
+// A crash between the renames leaves no state but a state.replaced, which
+// Open renames back (the raft log has not taken the snapshot yet: the
+// replica installs the state before the log, so the old state still matches
+// the log). A crash after the second rename leaves both, and Open removes the
+// replaced one.
+//
+// An error after the current store was closed leaves the FSM without a store
+// (readers get errors): the caller must stop the node.
+func (f *FSM) InstallSnapshot(src string, minApplied uint64) error {
+	fs := f.opts.FS
+	probe, got, err := openStore(src, f.opts, f.logger)
+	if err != nil {
+		return fmt.Errorf("install snapshot: received state does not open: %w", err)
+	}
+	if err := probe.Close(); err != nil {
+		return fmt.Errorf("install snapshot: close received state: %w", err)
+	}
+	if got.applied < minApplied {
+		return fmt.Errorf("install snapshot: received state is applied to %d, behind the snapshot index %d", got.applied, minApplied)
+	}
+	f.dbMu.Lock()
+	defer f.dbMu.Unlock()
+	prev := f.applied.Load()
+	if f.db != nil {
+		db := f.db
+		f.db = nil
+		if err := db.Close(); err != nil {
+			return fmt.Errorf("install snapshot: close current state: %w", err)
+		}
+	}
+	replaced := f.dir + replacedSuffix
+	if err := fs.RemoveAll(replaced); err != nil {
+		return fmt.Errorf("install snapshot: remove leftover %s: %w", replaced, err)
+	}
+	if err := fs.Rename(f.dir, replaced); err != nil {
+		return fmt.Errorf("install snapshot: move current state aside: %w", err)
+	}
+	if err := syncDir(fs, filepath.Dir(f.dir)); err != nil {
+		return fmt.Errorf("install snapshot: %w", err)
+	}
+	if err := fs.Rename(src, f.dir); err != nil {
+		return fmt.Errorf("install snapshot: move received state in place: %w", err)
+	}
+	if err := syncDir(fs, filepath.Dir(f.dir)); err != nil {
+		return fmt.Errorf("install snapshot: %w", err)
+	}
+	if err := syncDir(fs, filepath.Dir(src)); err != nil {
+		return fmt.Errorf("install snapshot: %w", err)
+	}
+	db, meta, err := openStore(f.dir, f.opts, f.logger)
+	if err != nil {
+		return fmt.Errorf("install snapshot: %w", err)
+	}
+	f.db = db
+	f.setMeta(meta)
+	if err := f.loadMembers(); err != nil {
+		return fmt.Errorf("install snapshot: %w", err)
+	}
+	if err := fs.RemoveAll(replaced); err != nil {
+		// The new state is in place; the old copy only wastes disk until the
+		// next Open removes it.
+		f.logger.Warn("could not remove the replaced state store", "dir", replaced, "err", err)
+	}
+	f.logger.Info("installed state store snapshot", "applied", meta.applied, "previous_applied", prev, "items", meta.items)
+	return nil
+}
+
+// recoverInstall finishes or undoes an InstallSnapshot a crash interrupted.
+func recoverInstall(fs vfs.FS, dir string, logger *slog.Logger) error {
+	replaced := dir + replacedSuffix
+	if _, err := fs.Stat(replaced); errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("check for an interrupted snapshot install: %w", err)
+	}
+	_, err := fs.Stat(dir)
+	switch {
+	case err == nil:
+		logger.Warn("removing the state store a snapshot install replaced before a crash", "dir", replaced)
+		if err := fs.RemoveAll(replaced); err != nil {
+			return fmt.Errorf("remove replaced state %s: %w", replaced, err)
+		}
+		return nil
+	case errors.Is(err, os.ErrNotExist):
+		logger.Warn("restoring the state store a crash left aside during a snapshot install", "dir", replaced)
+		if err := fs.Rename(replaced, dir); err != nil {
+			return fmt.Errorf("restore state from %s: %w", replaced, err)
+		}
+		return syncDir(fs, filepath.Dir(dir))
+	default:
+		return fmt.Errorf("check state dir: %w", err)
+	}
+}
+
+// syncDir makes renames and creations in dir durable.
+func syncDir(fs vfs.FS, dir string) error {
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return fmt.Errorf("open dir %s for fsync: %w", dir, err)
+	}
+	if err := d.Sync(); err != nil {
+		_ = d.Close()
+		return fmt.Errorf("fsync dir %s: %w", dir, err)
+	}
+	if err := d.Close(); err != nil {
+		return fmt.Errorf("close dir %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,247 @@
+// kvd console: polls this node's /v1/stats once a second and draws what it
+// finds. Everything from the server is written with textContent or drawn on a
+// canvas, never parsed as HTML.
+"use strict";
+
+const POLL_MS = 1000;
+const POINTS = 120; // two minutes of history
+
+const $ = (id) => document.getElementById(id);
+const series = { memcache: [], http: [], applied: [], latency: [] };
+let prev = null;      // previous /v1/stats sample
+let lastLeader = null;
+
+function setText(id, v) { $(id).textContent = String(v); }
+
+function fmtBytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return (i === 0 ? n : n.toFixed(1)) + " " + units[i];
+}
+
+function push(arr, v) {
+  arr.push(v);
+  if (arr.length > POINTS) arr.shift();
+}
+
+function memberLabel(cluster, id) {
+  if (!id) return "none";
+  const m = (cluster.members || []).find((x) => x.id === id);
+  return m && m.name ? m.name + " (" + id + ")" : id;
+}
+
+function cell(tr, text, cls) {
+  const td = document.createElement("td");
+  td.textContent = text === undefined || text === "" ? "–" : String(text);
+  if (cls) td.className = cls;
+  tr.appendChild(td);
+}
+
+function renderMembers(cluster) {
+  const body = $("members").querySelector("tbody");
+  const rows = [];
+  for (const m of cluster.members || []) {
+    const tr = document.createElement("tr");
+    if (m.self) tr.className = "self";
+    cell(tr, m.id);
+    cell(tr, m.name);
+    cell(tr, m.kind);
+    cell(tr, m.role);
+    cell(tr, m.health, ["healthy", "unhealthy"].includes(m.health) ? m.health : "unknown");
+    cell(tr, m.http_addr);
+    cell(tr, m.memcache_addr);
+    tr.appendChild(actionsCell(cluster, m));
+    rows.push(tr);
+  }
+  body.replaceChildren(...rows);
+}
+
+// Member actions. The endpoints take the member's name, so a member whose
+// name this node does not know gets no buttons.
+function button(text, cls, onClick) {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.textContent = text;
+  if (cls) b.className = cls;
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+function actionsCell(cluster, m) {
+  const td = document.createElement("td");
+  td.className = "actions";
+  if (!m.name) {
+    td.textContent = "–";
+    return td;
+  }
+  if (m.kind === "voter" && m.id !== cluster.leader) {
+    td.appendChild(button("Make leader", "transfer", () => confirmAction({
+      title: "Transfer leadership to " + m.name + "?",
+      text: "The leader hands over to " + m.name + " (" + m.id + "). Writes pause for about one round trip.",
+      method: "POST", url: () => "/v1/cluster/transfer-leader", body: { to: m.name },
+      done: "Leadership transferred to " + m.name + ".",
+    })));
+  }
+  td.appendChild(button("Remove", "remove danger", () => confirmAction({
+    title: "Remove " + m.name + " from the cluster?",
+    text: "Member " + m.name + " (" + m.id + ") leaves the raft configuration and stops receiving writes." +
+      (m.self ? " This is the node serving this console." : ""),
+    force: true,
+    method: "DELETE",
+    url: (force) => "/v1/cluster/members/" + encodeURIComponent(m.name) + (force ? "?force=true" : ""),
+    done: m.name + " removed.",
+  })));
+  return td;
+}
+
+let pendingAction = null;
+
+function confirmAction(a) {
+  pendingAction = a;
+  setText("confirm-title", a.title);
+  setText("confirm-text", a.text);
+  $("confirm-force-row").hidden = !a.force;
+  $("confirm-force").checked = false;
+  $("confirm-error").textContent = "";
+  $("confirm-ok").disabled = false;
+  $("confirm").showModal();
+}
+
+async function runAction() {
+  const a = pendingAction;
+  if (!a) return;
+  const ok = $("confirm-ok");
+  ok.disabled = true;
+  try {
+    const init = { method: a.method, cache: "no-store" };
+    if (a.body !== undefined) {
+      init.headers = { "Content-Type": "application/json" };
+      init.body = JSON.stringify(a.body);
+    }
+    const resp = await fetch(a.url($("confirm-force").checked), init);
+    let data = null;
+    try { data = await resp.json(); } catch (_) { /* not JSON: report the status */ }
+    if (!resp.ok) {
+      const msg = data && typeof data.error === "string" ? data.error : "";
+      throw new Error(msg ? msg + " (HTTP " + resp.status + ")" : "HTTP " + resp.status);
+    }
+    pendingAction = null;
+    $("confirm").close();
+    showMessage(a.done, "ok");
+  } catch (e) {
+    $("confirm-error").textContent = e.message;
+    ok.disabled = false;
+  }
+}
+
+function showMessage(text, cls) {
+  const el = $("actionmsg");
+  el.textContent = text;
+  el.className = "small " + cls;
+}
+
+function initActions() {
+  $("confirm-ok").addEventListener("click", runAction);
+  $("confirm").addEventListener("close", () => { pendingAction = null; });
+  $("transfer-any").addEventListener("click", () => confirmAction({
+    title: "Transfer leadership?",
+    text: "The leader hands over to the member the server picks (the most caught-up follower). Writes pause for about one round trip.",
+    method: "POST", url: () => "/v1/cluster/transfer-leader", body: { to: "" },
+    done: "Leadership transfer requested.",
+  }));
+}
+
+function logLeader(cluster) {
+  const leader = cluster.leader || "";
+  if (lastLeader !== null && leader !== lastLeader) {
+    const li = document.createElement("li");
+    li.textContent = new Date().toLocaleTimeString() + ": " +
+      memberLabel(cluster, lastLeader) + " → " + memberLabel(cluster, leader) + " (term " + cluster.term + ")";
+    const log = $("leaderlog");
+    log.insertBefore(li, log.firstChild);
+    while (log.children.length > 20) log.removeChild(log.lastChild);
+  }
+  lastLeader = leader;
+}
+
+function render(s) {
+  const c = s.cluster;
+  setText("node", (s.name || c.self) + " · " + (c.members || []).length + " member(s)");
+  const conn = $("conn");
+  conn.textContent = c.ready ? "ready" : "not ready";
+  conn.className = "badge " + (c.ready ? "ok" : "bad");
+  setText("leader", memberLabel(c, c.leader));
+  setText("term", c.term);
+  setText("indexes", c.commit + " / " + c.applied);
+  setText("items", s.storage.items.toLocaleString());
+  setText("bytes", fmtBytes(s.storage.value_bytes));
+  setText("disk", fmtBytes(s.storage.disk_bytes));
+  setText("changes", c.leader_changes);
+  renderMembers(c);
+  logLeader(c);
+
+  if (prev && s.time_ms > prev.time_ms) {
+    const dt = (s.time_ms - prev.time_ms) / 1000;
+    const t = s.totals || {}, p = prev.totals || {};
+    const rate = (a, b) => Math.max(0, ((a || 0) - (b || 0)) / dt);
+    push(series.memcache, rate(t.memcache_commands, p.memcache_commands));
+    push(series.http, rate(t.http_requests, p.http_requests));
+    push(series.applied, rate(c.applied, prev.cluster.applied));
+    const dn = (t.http_latency_count || 0) - (p.http_latency_count || 0);
+    const ds = (t.http_latency_sum_seconds || 0) - (p.http_latency_sum_seconds || 0);
+    push(series.latency, dn > 0 ? (ds / dn) * 1000 : 0);
+    drawChart($("ops"), [series.memcache, series.http, series.applied]);
+    drawChart($("latency"), [series.latency]);
+  }
+  prev = s;
+}
+
+function drawChart(canvas, lines) {
+  const ctx = canvas.getContext("2d");
+  const w = canvas.width, h = canvas.height, pad = 28;
+  const css = getComputedStyle(document.documentElement);
+  const colors = ["--c0", "--c1", "--c2"].map((v) => css.getPropertyValue(v).trim());
+  ctx.clearRect(0, 0, w, h);
+  let max = 1;
+  for (const l of lines) for (const v of l) max = Math.max(max, v);
+  ctx.strokeStyle = css.getPropertyValue("--line").trim();
+  ctx.fillStyle = css.getPropertyValue("--muted").trim();
+  ctx.font = "11px system-ui, sans-serif";
+  for (let i = 0; i <= 2; i++) {
+    const y = pad / 2 + ((h - pad) * i) / 2;
+    ctx.beginPath(); ctx.moveTo(pad, y); ctx.lineTo(w, y); ctx.stroke();
+    const label = (max * (2 - i)) / 2;
+    ctx.fillText(label >= 10 ? label.toFixed(0) : label.toFixed(2), 0, y + 4);
+  }
+  lines.forEach((l, k) => {
+    ctx.strokeStyle = colors[k % colors.length];
+    ctx.lineWidth = 2;
+    ctx.beginPath();
+    l.forEach((v, i) => {
+      const x = pad + ((w - pad) * (i + POINTS - l.length)) / (POINTS - 1);
+      const y = pad / 2 + (h - pad) * (1 - v / max);
+      if (i === 0) ctx.moveTo(x, y); else ctx.lineTo(x, y);
+    });
+    ctx.stroke();
+  });
+  canvas.dataset.points = String(lines[0].length);
+  canvas.dataset.last = String(lines.map((l) => l[l.length - 1] || 0));
+}
+
+async function poll() {
+  try {
+    const resp = await fetch("/v1/stats", { cache: "no-store" });
+    if (!resp.ok) throw new Error("HTTP " + resp.status);
+    render(await resp.json());
+  } catch (e) {
+    const conn = $("conn");
+    conn.textContent = "unreachable: " + e.message;
+    conn.className = "badge bad";
+  } finally {
+    setTimeout(poll, POLL_MS);
+  }
+}
+
+initActions();
+poll();

@@ -1,0 +1,58 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/kvd-project/kvd/internal/kv"
+)
+
+// Error is the JSON body of every error response.
+type Error struct {
+	// Error is a human-readable message.
+	Error string `json:"error"`
+	// Code is a stable machine-readable class: bad_request, bad_key,
+	// bad_flags, bad_ttl, bad_limit, bad_consistency, bad_precondition,
+	// not_found, method_not_allowed, precondition_failed, cas_mismatch,
+	// too_large, not_ready, no_leader, timeout, unknown_outcome, busy,
+	// shutting_down, internal.
+	Code string `json:"code"`
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, status, Error{Error: msg, Code: code})
+}
+
+// failErr answers an error from the kv service and returns the result label
+// for kvd_requests_total. Everything the service can report about the
+// cluster (no quorum, not ready, timeouts, overload, shutdown) is a 503: the
+// request may succeed on retry. Anything else is our fault: a 500, logged.
+func (a *api) failErr(w http.ResponseWriter, r *http.Request, err error) string {
+	status, code, msg := http.StatusServiceUnavailable, "", ""
+	switch {
+	case errors.Is(err, kv.ErrNotReady):
+		code, msg = "not_ready", "node is not ready: it has not replayed its log or knows no leader"
+	case errors.Is(err, kv.ErrNoLeader):
+		code, msg = "no_leader", "no leader: the cluster has no quorum"
+	case errors.Is(err, kv.ErrUnknownOutcome):
+		code, msg = "unknown_outcome", "timed out waiting for the write: its outcome is unknown and it may have been applied"
+	case errors.Is(err, kv.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		code, msg = "timeout", "request timed out"
+	case errors.Is(err, kv.ErrBusy):
+		code, msg = "busy", "too many requests in flight; retry later"
+	case errors.Is(err, kv.ErrStopped), errors.Is(err, context.Canceled):
+		code, msg = "shutting_down", "node is shutting down or the request was canceled"
+	default:
+		status, code, msg = http.StatusInternalServerError, "internal", "internal error"
+		a.logger.Error("http request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	writeError(w, status, code, msg)
+	if status == http.StatusServiceUnavailable {
+		return "unavailable"
+	}
+	return "error"
+}

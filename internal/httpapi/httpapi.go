@@ -1,0 +1,247 @@
+// Package httpapi owns kvd's HTTP listener: health (/healthz), readiness
+// (/readyz), the key-value API (/v1/kv), cluster status (/v1/cluster),
+// Prometheus metrics (/metrics), the console's stats feed (/v1/stats) and the
+// web console (/). Every error is a JSON body {"error": "...", "code": "..."}
+// with the status code that names its class: a client mistake is never a 500.
+//
+// The handler talks to the kv service only (never to the replica or the state
+// machine) through the Service interface, which *kv.Service implements. It is
+// called by net/http, one goroutine per request.
+//
+// One class of bad input never reaches this package: a request line net/http
+// itself cannot parse (for example bad percent-encoding in the path) is
+// answered by net/http with a plain-text 400. Bad percent-encoding in the
+// query string does reach us and gets a JSON 400.
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/kvd-project/kvd/internal/command"
+	"github.com/kvd-project/kvd/internal/kv"
+	"github.com/kvd-project/kvd/internal/metrics"
+)
+
+// Service is the kv service as the HTTP API uses it (*kv.Service).
+type Service interface {
+	Do(ctx context.Context, c *command.Command) (kv.Result, error)
+	Barrier(ctx context.Context, level kv.Consistency) error
+	Get(key []byte) (kv.Item, bool, error)
+	List(ctx context.Context, level kv.Consistency, prefix, after []byte, limit int) ([]kv.ScanItem, error)
+	Status() kv.ReplicaStatus
+	StoreStats() kv.StoreStats
+	Config() kv.Config
+	Digest() (kv.Digest, error)
+}
+
+// Metrics is the node's registry as the HTTP API uses it (*metrics.Registry).
+type Metrics interface {
+	// Handler serves /metrics.
+	Handler() http.Handler
+	// ObserveHTTP records one finished request; route and method come from
+	// fixed sets.
+	ObserveHTTP(route, method string, code int, d time.Duration)
+	// InFlightHTTP adds delta to the in-flight request gauge.
+	InFlightHTTP(delta int)
+	// CountRequest counts a key-value request by protocol, command, result.
+	CountRequest(protocol, command, result string)
+	// Totals are the running totals the console charts.
+	Totals() metrics.Totals
+}
+
+// MemberInfo is what the cluster directory knows about a member beyond its
+// raft ID. Empty fields are unknown and left out of /v1/cluster.
+type MemberInfo struct {
+	Name         string `json:"name,omitempty"`
+	PeerAddr     string `json:"peer_addr,omitempty"`
+	HTTPAddr     string `json:"http_addr,omitempty"`
+	MemcacheAddr string `json:"memcache_addr,omitempty"`
+}
+
+// Directory maps raft IDs to names and addresses. Multi-node clusters provide
+// one (from --initial-cluster and membership changes); until then only this
+// node's own name is known.
+type Directory interface {
+	Member(id kv.NodeID) (MemberInfo, bool)
+}
+
+// Options configures the handler; every field is optional.
+type Options struct {
+	// Self describes this node (its name at least) in /v1/cluster.
+	Self MemberInfo
+	// Directory names the other members; nil: they are shown by ID only.
+	Directory Directory
+	// Metrics enables /metrics and request instrumentation.
+	Metrics Metrics
+	// Admin enables membership and leadership changes.
+	Admin Admin
+}
+
+// Limits of the API.
+const (
+	// MaxListLimit bounds one page of GET /v1/kv.
+	MaxListLimit = 1000
+	// DefaultListLimit is a page's size when the request names none.
+	DefaultListLimit = 100
+)
+
+type api struct {
+	svc    Service
+	logger *slog.Logger
+	opts   Options
+	routes map[string]route
+}
+
+// route is one fixed path: a metrics label, the methods it takes and its
+// handler. HEAD is served wherever GET is.
+type route struct {
+	name    string
+	methods string // space separated, for the Allow header
+	serve   func(http.ResponseWriter, *http.Request)
+}
+
+// New returns the HTTP handler of one node.
+func New(svc Service, logger *slog.Logger, opts Options) http.Handler {
+	a := &api{svc: svc, logger: logger, opts: opts}
+	a.routes = map[string]route{
+		"/healthz":    {"healthz", "GET", a.healthz},
+		"/readyz":     {"readyz", "GET", a.readyz},
+		"/v1/kv":      {metrics.RouteKVList, "GET", a.list},
+		"/v1/cluster": {"cluster", "GET", a.cluster},
+		"/v1/stats":   {"stats", "GET", a.stats},
+	}
+	if opts.Metrics != nil {
+		h := opts.Metrics.Handler()
+		a.routes["/metrics"] = route{"metrics", "GET", h.ServeHTTP}
+	}
+	a.adminRoutes()
+	for path, serve := range consoleRoutes() {
+		a.routes[path] = route{"console", "GET", serve}
+	}
+	return a
+}
+
+// ServeHTTP routes one request and records it.
+func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rec := &statusRecorder{ResponseWriter: w}
+	name := "not_found"
+	if a.opts.Metrics != nil {
+		a.opts.Metrics.InFlightHTTP(1)
+		defer func() {
+			a.opts.Metrics.InFlightHTTP(-1)
+			a.opts.Metrics.ObserveHTTP(name, methodLabel(r.Method), rec.code(), time.Since(start))
+		}()
+	}
+	path := r.URL.EscapedPath()
+	if key, ok := strings.CutPrefix(path, kvPrefix); ok {
+		name = metrics.RouteKV
+		a.serveKey(rec, r, key)
+		return
+	}
+	if member, ok := strings.CutPrefix(path, "/v1/cluster/members/"); ok {
+		name = "cluster_members"
+		a.removeMember(rec, r, member)
+		return
+	}
+	rt, ok := a.routes[path]
+	if !ok {
+		writeError(rec, http.StatusNotFound, "not_found", "no such endpoint: "+r.URL.Path)
+		return
+	}
+	name = rt.name
+	if !allowed(rt.methods, r.Method) {
+		methodNotAllowed(rec, rt.methods)
+		return
+	}
+	rt.serve(rec, r)
+}
+
+func allowed(methods, m string) bool {
+	if m == http.MethodHead {
+		m = http.MethodGet
+	}
+	for _, x := range strings.Fields(methods) {
+		if x == m {
+			return true
+		}
+	}
+	return false
+}
+
+func methodNotAllowed(w http.ResponseWriter, methods string) {
+	allow := strings.ReplaceAll(methods, " ", ", ")
+	if allowed(methods, http.MethodGet) {
+		allow += ", HEAD"
+	}
+	w.Header().Set("Allow", allow)
+	writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed; allowed: "+allow)
+}
+
+// methodLabel keeps the metrics label set fixed whatever method a client sends.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete, http.MethodPost, http.MethodOptions, http.MethodPatch:
+		return m
+	}
+	return "other"
+}
+
+// statusRecorder remembers the status code written.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusRecorder) code() int {
+	if s.status == 0 {
+		return http.StatusOK
+	}
+	return s.status
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (a *api) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (a *api) readyz(w http.ResponseWriter, _ *http.Request) {
+	st := a.svc.Status()
+	body := map[string]any{"ready": st.Ready, "leader": st.Leader != 0, "applied": st.Applied, "commit": st.Commit}
+	if !st.Ready {
+		body["reason"] = kv.ErrNotReady.Error()
+		writeJSON(w, http.StatusServiceUnavailable, body)
+		return
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,536 @@
+package httpapi
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/kvd-project/kvd/internal/command"
+	"github.com/kvd-project/kvd/internal/kv"
+)
+
+// The key-value API.
+//
+//	GET    /v1/kv/{key}[?consistency=linearizable|lease|local]
+//	       200 value as the body; ETag "<cas>", X-Kvd-Flags, X-Kvd-Expires
+//	       (absolute Unix seconds, absent if never); 304 on If-None-Match
+//	       matching the ETag; 404 missing.
+//	PUT    /v1/kv/{key}[?flags=N][&ttl=N]    body = value
+//	       flags (uint32) and ttl (memcached exptime: 0 never, up to 30 days
+//	       relative seconds, larger an absolute Unix time, negative already
+//	       expired) also as X-Kvd-Flags / X-Kvd-TTL headers.
+//	       If-Match: "<cas>" stores only if the item's CAS is that (cas);
+//	       If-Match: * only if it exists (replace); If-None-Match: * only if
+//	       it does not (add). 204 stored; 412 precondition failed.
+//	DELETE /v1/kv/{key}   204 deleted; 404 missing.
+//	GET    /v1/kv?prefix=P&after=K&limit=N[&consistency=…]
+//	       keys in byte order with their metadata (not values), JSON.
+//
+// Keys are percent-decoded and obey memcached's rules: 1 to 250 bytes, no
+// control characters or spaces. Unknown or repeated query parameters are
+// errors, so a typo never silently falls back to a default.
+const (
+	kvPrefix = "/v1/kv/"
+
+	// HeaderFlags carries the item's 32-bit client flags.
+	HeaderFlags = "X-Kvd-Flags"
+	// HeaderTTL carries memcached's exptime on PUT.
+	HeaderTTL = "X-Kvd-TTL"
+	// HeaderExpires carries the item's absolute expiry (Unix seconds) on GET.
+	HeaderExpires = "X-Kvd-Expires"
+)
+
+// inputError is a client mistake, answered without touching the service.
+type inputError struct {
+	status    int
+	code, msg string
+}
+
+func badRequest(code, format string, args ...any) *inputError {
+	return &inputError{http.StatusBadRequest, code, fmt.Sprintf(format, args...)}
+}
+
+// reject answers e and returns the result label for kvd_requests_total.
+func reject(w http.ResponseWriter, e *inputError) string {
+	writeError(w, e.status, e.code, e.msg)
+	if e.status == http.StatusRequestEntityTooLarge {
+		return "too_large"
+	}
+	return "bad_request"
+}
+
+func (a *api) serveKey(w http.ResponseWriter, r *http.Request, rawKey string) {
+	var cmd, result string
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		cmd, result = "get", a.getKey(w, r, rawKey)
+	case http.MethodPut:
+		cmd, result = "put", a.putKey(w, r, rawKey)
+	case http.MethodDelete:
+		cmd, result = "delete", a.deleteKey(w, r, rawKey)
+	default:
+		methodNotAllowed(w, "GET PUT DELETE")
+		return
+	}
+	if a.opts.Metrics != nil {
+		a.opts.Metrics.CountRequest("http", cmd, result)
+	}
+}
+
+// ready refuses work the node cannot do correctly yet (DESIGN decision 7):
+// writes it cannot commit and linearizable reads before it knows a leader.
+func (a *api) ready() error {
+	if !a.svc.Status().Ready {
+		return kv.ErrNotReady
+	}
+	return nil
+}
+
+func (a *api) getKey(w http.ResponseWriter, r *http.Request, rawKey string) string {
+	key, e := parseKey(rawKey)
+	if e != nil {
+		return reject(w, e)
+	}
+	q, e := parseQuery(r, "consistency")
+	if e != nil {
+		return reject(w, e)
+	}
+	level, e := consistencyOf(q)
+	if e != nil {
+		return reject(w, e)
+	}
+	var inm []etag
+	if v := r.Header.Values("If-None-Match"); len(v) > 0 {
+		if inm, e = parseETags(v, true); e != nil {
+			return reject(w, e)
+		}
+	}
+	if level != kv.Local {
+		if err := a.ready(); err != nil {
+			return a.failErr(w, r, err)
+		}
+	}
+	if err := a.svc.Barrier(r.Context(), level); err != nil {
+		return a.failErr(w, r, err)
+	}
+	it, ok, err := a.svc.Get(key)
+	if err != nil {
+		return a.failErr(w, r, err)
+	}
+	if !ok {
+		writeError(w, http.StatusNotFound, "not_found", "key not found")
+		return "miss"
+	}
+	h := w.Header()
+	h.Set("ETag", formatETag(it.CAS))
+	h.Set(HeaderFlags, strconv.FormatUint(uint64(it.Flags), 10))
+	if it.Expiry != 0 {
+		h.Set(HeaderExpires, strconv.FormatInt(it.Expiry, 10))
+	}
+	h.Set("Cache-Control", "no-cache")
+	for _, t := range inm {
+		if t.any || t.cas == it.CAS {
+			w.WriteHeader(http.StatusNotModified)
+			return "not_modified"
+		}
+	}
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Length", strconv.Itoa(len(it.Value)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(it.Value)
+	}
+	return "hit"
+}
+
+func (a *api) putKey(w http.ResponseWriter, r *http.Request, rawKey string) string {
+	key, e := parseKey(rawKey)
+	if e != nil {
+		return reject(w, e)
+	}
+	q, e := parseQuery(r, "flags", "ttl")
+	if e != nil {
+		return reject(w, e)
+	}
+	c := &command.Command{Op: command.OpSet, Key: key}
+	flags, e := paramOrHeader(q, r.Header, "flags", HeaderFlags)
+	if e != nil {
+		return reject(w, e)
+	}
+	if flags != "" {
+		v, err := strconv.ParseUint(flags, 10, 32)
+		if err != nil {
+			return reject(w, badRequest("bad_flags", "flags %q: want an unsigned 32-bit decimal number", flags))
+		}
+		c.Flags = uint32(v)
+	}
+	ttl, e := paramOrHeader(q, r.Header, "ttl", HeaderTTL)
+	if e != nil {
+		return reject(w, e)
+	}
+	if ttl != "" {
+		v, err := strconv.ParseInt(ttl, 10, 64)
+		if err != nil {
+			return reject(w, badRequest("bad_ttl", "ttl %q: want a decimal number of seconds (memcached exptime)", ttl))
+		}
+		c.Exptime = v
+	}
+	if e := writeCondition(r.Header, c); e != nil {
+		return reject(w, e)
+	}
+	maxSize := a.maxItemSize()
+	if r.ContentLength > int64(maxSize) {
+		return reject(w, tooLarge(r.ContentLength, maxSize))
+	}
+	if err := a.ready(); err != nil {
+		return a.failErr(w, r, err)
+	}
+	if c.Value, e = readBody(w, r, maxSize); e != nil {
+		return reject(w, e)
+	}
+	res, err := a.svc.Do(r.Context(), c)
+	if err != nil {
+		return a.failErr(w, r, err)
+	}
+	switch {
+	case res.Status == kv.StatusStored:
+		w.WriteHeader(http.StatusNoContent)
+		return "stored"
+	case res.Status == kv.StatusNotStored && c.Op == command.OpAdd:
+		writeError(w, http.StatusPreconditionFailed, "precondition_failed", "key exists (If-None-Match: *)")
+		return "precondition_failed"
+	case res.Status == kv.StatusNotStored && c.Op == command.OpReplace,
+		res.Status == kv.StatusNotFound && c.Op == command.OpCAS:
+		writeError(w, http.StatusPreconditionFailed, "precondition_failed", "key not found (If-Match)")
+		return "precondition_failed"
+	case res.Status == kv.StatusExists && c.Op == command.OpCAS:
+		writeError(w, http.StatusPreconditionFailed, "cas_mismatch", "the item changed: its CAS token no longer matches If-Match")
+		return "cas_mismatch"
+	}
+	return a.failErr(w, r, fmt.Errorf("put: unexpected result %s for %s", res.Status, c.Op))
+}
+
+func (a *api) deleteKey(w http.ResponseWriter, r *http.Request, rawKey string) string {
+	key, e := parseKey(rawKey)
+	if e != nil {
+		return reject(w, e)
+	}
+	if _, e := parseQuery(r); e != nil {
+		return reject(w, e)
+	}
+	if len(r.Header.Values("If-Match")) > 0 || len(r.Header.Values("If-None-Match")) > 0 {
+		// The log has no conditional delete; ignoring the precondition would
+		// delete what the client meant to protect.
+		return reject(w, badRequest("bad_precondition", "conditional DELETE (If-Match, If-None-Match) is not supported"))
+	}
+	if err := a.ready(); err != nil {
+		return a.failErr(w, r, err)
+	}
+	res, err := a.svc.Do(r.Context(), &command.Command{Op: command.OpDelete, Key: key})
+	if err != nil {
+		return a.failErr(w, r, err)
+	}
+	switch res.Status {
+	case kv.StatusDeleted:
+		w.WriteHeader(http.StatusNoContent)
+		return "deleted"
+	case kv.StatusNotFound:
+		writeError(w, http.StatusNotFound, "not_found", "key not found")
+		return "not_found"
+	}
+	return a.failErr(w, r, fmt.Errorf("delete: unexpected result %s", res.Status))
+}
+
+// listItem is one key of a listing. Key is the key when it is valid UTF-8
+// (JSON strings cannot carry other bytes); otherwise KeyBase64 carries it.
+type listItem struct {
+	Key       string `json:"key,omitempty"`
+	KeyBase64 []byte `json:"key_base64,omitempty"`
+	Flags     uint32 `json:"flags"`
+	CAS       uint64 `json:"cas"`
+	// Expires is the absolute expiry in Unix seconds; 0 means never.
+	Expires int64 `json:"expires"`
+	Size    int   `json:"size"`
+}
+
+type listResponse struct {
+	Items []listItem `json:"items"`
+	// Truncated: more keys match; Next is the URL of the next page.
+	Truncated bool   `json:"truncated"`
+	Next      string `json:"next,omitempty"`
+}
+
+func (a *api) list(w http.ResponseWriter, r *http.Request) {
+	result := a.listKeys(w, r)
+	if a.opts.Metrics != nil {
+		a.opts.Metrics.CountRequest("http", "list", result)
+	}
+}
+
+func (a *api) listKeys(w http.ResponseWriter, r *http.Request) string {
+	q, e := parseQuery(r, "prefix", "after", "limit", "consistency")
+	if e != nil {
+		return reject(w, e)
+	}
+	prefix, after := q.Get("prefix"), q.Get("after")
+	if e := checkKeyBytes("prefix", prefix); e != nil {
+		return reject(w, e)
+	}
+	if e := checkKeyBytes("after", after); e != nil {
+		return reject(w, e)
+	}
+	limit := DefaultListLimit
+	if q.Has("limit") {
+		s := q.Get("limit")
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxListLimit {
+			return reject(w, badRequest("bad_limit", "limit %q: want a number from 1 to %d", s, MaxListLimit))
+		}
+		limit = n
+	}
+	level, e := consistencyOf(q)
+	if e != nil {
+		return reject(w, e)
+	}
+	if level != kv.Local {
+		if err := a.ready(); err != nil {
+			return a.failErr(w, r, err)
+		}
+	}
+	// One more than asked tells whether another page exists.
+	items, err := a.svc.List(r.Context(), level, []byte(prefix), []byte(after), limit+1)
+	if err != nil {
+		return a.failErr(w, r, err)
+	}
+	resp := listResponse{Items: make([]listItem, 0, min(len(items), limit))}
+	if len(items) > limit {
+		items = items[:limit]
+		next := url.Values{"after": {string(items[limit-1].Key)}, "limit": {strconv.Itoa(limit)}}
+		if prefix != "" {
+			next.Set("prefix", prefix)
+		}
+		if c := q.Get("consistency"); c != "" {
+			next.Set("consistency", c)
+		}
+		resp.Truncated, resp.Next = true, "/v1/kv?"+next.Encode()
+	}
+	for _, it := range items {
+		li := listItem{Flags: it.Flags, CAS: it.CAS, Expires: it.Expiry, Size: it.Size}
+		if utf8.Valid(it.Key) {
+			li.Key = string(it.Key)
+		} else {
+			li.KeyBase64 = it.Key
+		}
+		resp.Items = append(resp.Items, li)
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return "ok"
+}
+
+func (a *api) maxItemSize() int {
+	if n := a.svc.Config().MaxItemSize; n > 0 {
+		return n
+	}
+	return 1 << 20
+}
+
+// parseKey percent-decodes a key from the path and checks memcached's rules.
+func parseKey(raw string) ([]byte, *inputError) {
+	key, err := url.PathUnescape(raw)
+	if err != nil {
+		return nil, badRequest("bad_key", "key: bad percent-encoding")
+	}
+	if key == "" {
+		return nil, badRequest("bad_key", "key: must not be empty")
+	}
+	if e := checkKeyBytes("key", key); e != nil {
+		return nil, e
+	}
+	return []byte(key), nil
+}
+
+// checkKeyBytes applies memcached's key rules (empty allowed: the caller
+// decides whether it may be).
+func checkKeyBytes(what, k string) *inputError {
+	if len(k) > command.MaxKeyLen {
+		return badRequest("bad_key", "%s: %d bytes exceeds the limit of %d", what, len(k), command.MaxKeyLen)
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; c <= ' ' || c == 0x7f {
+			return badRequest("bad_key", "%s: control characters and spaces are not allowed (byte %d is 0x%02x)", what, i, c)
+		}
+	}
+	return nil
+}
+
+// parseQuery parses the query string strictly: bad encoding, parameters not
+// in allowed and repeated parameters are errors.
+func parseQuery(r *http.Request, allowed ...string) (url.Values, *inputError) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, badRequest("bad_request", "query string: %v", err)
+	}
+	for k, v := range q {
+		known := false
+		for _, a := range allowed {
+			known = known || k == a
+		}
+		if !known {
+			if len(allowed) == 0 {
+				return nil, badRequest("bad_request", "unknown query parameter %q: this endpoint takes none", k)
+			}
+			return nil, badRequest("bad_request", "unknown query parameter %q (known: %s)", k, strings.Join(allowed, ", "))
+		}
+		if len(v) > 1 {
+			return nil, badRequest("bad_request", "query parameter %q given %d times", k, len(v))
+		}
+	}
+	return q, nil
+}
+
+// paramOrHeader reads a setting given as a query parameter or a header; both
+// are fine if they agree.
+func paramOrHeader(q url.Values, h http.Header, param, header string) (string, *inputError) {
+	pv := q.Get(param)
+	hv := h.Values(header)
+	if len(hv) > 1 {
+		return "", badRequest("bad_"+param, "header %s given %d times", header, len(hv))
+	}
+	if (q.Has(param) && pv == "") || (len(hv) == 1 && hv[0] == "") {
+		return "", badRequest("bad_"+param, "%s: empty value", param)
+	}
+	switch {
+	case len(hv) == 0:
+		return pv, nil
+	case pv == "" && !q.Has(param):
+		return hv[0], nil
+	case pv != hv[0]:
+		return "", badRequest("bad_"+param, "%s=%q and header %s: %q disagree", param, pv, header, hv[0])
+	}
+	return pv, nil
+}
+
+func consistencyOf(q url.Values) (kv.Consistency, *inputError) {
+	level, err := kv.ParseConsistency(q.Get("consistency"))
+	if err != nil {
+		return 0, badRequest("bad_consistency", "%v", err)
+	}
+	return level, nil
+}
+
+// writeCondition turns PUT's preconditions into the operation to propose.
+func writeCondition(h http.Header, c *command.Command) *inputError {
+	im, inm := h.Values("If-Match"), h.Values("If-None-Match")
+	switch {
+	case len(im) > 0 && len(inm) > 0:
+		return badRequest("bad_precondition", "If-Match and If-None-Match together are not supported")
+	case len(inm) > 0:
+		tags, e := parseETags(inm, true)
+		if e != nil {
+			return e
+		}
+		if len(tags) != 1 || !tags[0].any {
+			return badRequest("bad_precondition", "PUT supports If-None-Match: * only (store only if absent)")
+		}
+		c.Op = command.OpAdd
+	case len(im) > 0:
+		tags, e := parseETags(im, false)
+		if e != nil {
+			return e
+		}
+		if len(tags) != 1 {
+			return badRequest("bad_precondition", "If-Match must carry exactly one CAS token or *")
+		}
+		if tags[0].any {
+			c.Op = command.OpReplace
+		} else {
+			c.Op, c.CAS = command.OpCAS, tags[0].cas
+		}
+	}
+	return nil
+}
+
+// etag is one entry of an If-Match / If-None-Match list.
+type etag struct {
+	any bool // *
+	cas uint64
+}
+
+func formatETag(cas uint64) string { return `"` + strconv.FormatUint(cas, 10) + `"` }
+
+// parseETags reads a comma-separated list of `*`, `"<cas>"` and (as a
+// convenience for curl users) a bare `<cas>`. Weak tags (W/"…") are accepted
+// only where weak comparison applies (If-None-Match).
+func parseETags(values []string, weakOK bool) ([]etag, *inputError) {
+	var out []etag
+	for _, v := range values {
+		for part := range strings.SplitSeq(v, ",") {
+			s := strings.TrimSpace(part)
+			if s == "" {
+				continue
+			}
+			if s == "*" {
+				out = append(out, etag{any: true})
+				continue
+			}
+			if rest, weak := strings.CutPrefix(s, "W/"); weak {
+				if !weakOK {
+					return nil, badRequest("bad_precondition", "If-Match needs a strong ETag, not %q", s)
+				}
+				s = rest
+			}
+			if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
+				s = s[1 : len(s)-1]
+			}
+			cas, err := strconv.ParseUint(s, 10, 64)
+			if err != nil {
+				return nil, badRequest("bad_precondition", "ETag %q: want a CAS token such as \"42\" or *", part)
+			}
+			out = append(out, etag{cas: cas})
+		}
+	}
+	if len(out) == 0 {
+		return nil, badRequest("bad_precondition", "empty precondition header")
+	}
+	return out, nil
+}
+
+func tooLarge(n int64, maxSize int) *inputError {
+	msg := fmt.Sprintf("value exceeds the maximum item size of %d bytes", maxSize)
+	if n > 0 {
+		msg = fmt.Sprintf("value of %d bytes exceeds the maximum item size of %d bytes", n, maxSize)
+	}
+	return &inputError{http.StatusRequestEntityTooLarge, "too_large", msg}
+}
+
+// readBody reads at most maxSize bytes; more is a 413, never an unbounded read.
+func readBody(w http.ResponseWriter, r *http.Request, maxSize int) ([]byte, *inputError) {
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength)) // bounded by maxSize above
+	}
+	// Hand MaxBytesReader net/http's own writer (not our recorder) so that
+	// it can mark the connection for closing once the limit is hit.
+	for {
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			break
+		}
+		w = u.Unwrap()
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, int64(maxSize)))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return nil, tooLarge(-1, maxSize)
+	case err != nil:
+		return nil, badRequest("bad_request", "reading the body: %v", err)
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,282 @@
+// Package kv owns kvd's protocol-agnostic service: the memcache and HTTP
+// listeners call it, never the replica or the state machine. It turns an
+// operation into a stamped, encoded command, proposes it and hands back a Call
+// to wait on; it picks the read path for each consistency level; and, on the
+// leader, it sweeps expired items out through the log.
+package kv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvd-project/kvd/internal/command"
+	"github.com/kvd-project/kvd/internal/fsm"
+	"github.com/kvd-project/kvd/internal/replica"
+)
+
+// Consistency is a read path.
+type Consistency uint8
+
+const (
+	// Linearizable reads see every write acknowledged before they started
+	// (ReadIndex, or the leader's lease when the node runs with lease reads).
+	Linearizable Consistency = iota
+	// Local reads this node's state now: fast, possibly stale.
+	Local
+)
+
+// ParseConsistency reads the names used by flags and query parameters.
+func ParseConsistency(s string) (Consistency, error) {
+	switch s {
+	case "linearizable", "lease", "":
+		return Linearizable, nil
+	case "local":
+		return Local, nil
+	}
+	return 0, fmt.Errorf("unknown consistency %q (want linearizable, lease or local)", s)
+}
+
+// Replica is the consensus module as the service uses it.
+type Replica interface {
+	Propose(ctx context.Context, reqID uint64, data []byte) (*replica.Pending, error)
+	ReadBarrier(ctx context.Context) error
+	Status() replica.Status
+}
+
+// Store is the state machine's read side.
+type Store interface {
+	Get(key []byte, nowNs int64) (fsm.Item, bool, error)
+	Stats() fsm.Stats
+	ExpiredBefore(nowSec int64, limit int) ([]command.KeyCAS, error)
+	Digest() (fsm.Digest, error)
+}
+
+// Errors beyond the replica's.
+var (
+	ErrNotReady = errors.New("node is not ready: no leader known or log not yet replayed")
+	ErrInvalid  = errors.New("entry could not be applied")
+)
+
+// Config of the service.
+type Config struct {
+	// RequestTimeout bounds every operation from submission to result.
+	RequestTimeout time.Duration
+	// MaxItemSize bounds a value, including one built by append/prepend.
+	MaxItemSize int
+	// ReadConsistency is the default read path.
+	ReadConsistency Consistency
+	// ExpirySweepInterval is how often the leader looks for expired items.
+	ExpirySweepInterval time.Duration
+}
+
+// Service is the kv service of one node.
+type Service struct {
+	cfg    Config
+	r      Replica
+	store  Store
+	logger *slog.Logger
+	now    func() time.Time
+	nextID atomic.Uint64
+}
+
+// New builds the service. now is the proposer's clock (time.Now in
+// production); apply never reads a clock, it uses the stamp taken here.
+func New(cfg Config, r Replica, store Store, logger *slog.Logger, now func() time.Time) *Service {
+	s := &Service{cfg: cfg, r: r, store: store, logger: logger, now: now}
+	var seed [8]byte
+	_, _ = rand.Read(seed[:]) // crypto/rand.Read never fails on supported platforms
+	// Request IDs only need to be unique among this node's in-flight
+	// proposals and distinct from other nodes' (their entries are applied
+	// here too): a random 64-bit start makes a collision negligible.
+	s.nextID.Store(binary.BigEndian.Uint64(seed[:]) | 1)
+	return s
+}
+
+// Config returns the service configuration.
+func (s *Service) Config() Config { return s.cfg }
+
+// Call is a submitted write.
+type Call struct {
+	p        *replica.Pending
+	deadline time.Time
+}
+
+// Submit stamps, encodes and proposes c. Calls submitted from one goroutine
+// enter the log in submission order. The request timeout starts now.
+func (s *Service) Submit(ctx context.Context, c *command.Command) (*Call, error) {
+	deadline := s.now().Add(s.cfg.RequestTimeout)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	c.ReqID = s.nextID.Add(1)
+	if c.ReqID == 0 {
+		c.ReqID = s.nextID.Add(1)
+	}
+	c.Stamp = s.now().UnixNano()
+	if c.Op == command.OpAppend || c.Op == command.OpPrepend {
+		c.MaxSize = uint32(s.cfg.MaxItemSize)
+	}
+	data, err := command.Encode(nil, c)
+	if err != nil {
+		return nil, fmt.Errorf("submit %s: %w", c.Op, err)
+	}
+	p, err := s.r.Propose(ctx, c.ReqID, data)
+	if err != nil {
+		return nil, err
+	}
+	return &Call{p: p, deadline: deadline}, nil
+}
+
+// Wait returns the applied result, or an error: replica.ErrUnknownOutcome
+// when the deadline passed with the write possibly applied.
+func (c *Call) Wait(ctx context.Context) (fsm.Result, error) {
+	ctx, cancel := context.WithDeadline(ctx, c.deadline)
+	defer cancel()
+	res, err := c.p.Wait(ctx)
+	if err != nil {
+		return fsm.Result{}, err
+	}
+	r, ok := res.(fsm.Result)
+	if !ok {
+		return fsm.Result{}, fmt.Errorf("unexpected result type %T", res)
+	}
+	if r.Status == fsm.StatusInvalid {
+		return r, ErrInvalid
+	}
+	return r, nil
+}
+
+// Do submits c and waits for its result.
+func (s *Service) Do(ctx context.Context, c *command.Command) (fsm.Result, error) {
+	call, err := s.Submit(ctx, c)
+	if err != nil {
+		return fsm.Result{}, err
+	}
+	return call.Wait(ctx)
+}
+
+// Barrier makes a following Get linearizable at level.
+func (s *Service) Barrier(ctx context.Context, level Consistency) error {
+	if level == Local {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	return s.r.ReadBarrier(ctx)
+}
+
+// Get reads one key from local state as of now; call Barrier first for a
+// linearizable read (once for a whole multi-get).
+func (s *Service) Get(key []byte) (fsm.Item, bool, error) {
+	return s.store.Get(key, s.now().UnixNano())
+}
+
+// StoreStats returns the state machine's counters (items, bytes, disk).
+func (s *Service) StoreStats() fsm.Stats { return s.store.Stats() }
+
+// Digest fingerprints this node's state (see fsm.Digest).
+func (s *Service) Digest() (Digest, error) { return s.store.Digest() }
+
+// Ready reports whether the node may take requests (DESIGN decision 7).
+func (s *Service) Ready() bool { return s.r.Status().Ready }
+
+// Status exposes the replica status to listeners.
+func (s *Service) Status() replica.Status { return s.r.Status() }
+
+// RunExpirySweeper deletes expired items through the log while this node
+// leads, until ctx ends. Followers only hide expired items on read.
+func (s *Service) RunExpirySweeper(ctx context.Context) {
+	interval := s.cfg.ExpirySweepInterval
+	if interval <= 0 {
+		interval = time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st := s.r.Status()
+		if st.Role != "leader" || !st.Ready {
+			continue
+		}
+		if err := s.sweepOnce(ctx); err != nil && ctx.Err() == nil {
+			s.logger.Warn("expiry sweep", "err", err)
+		}
+	}
+}
+
+const sweepBatch = 512
+
+func (s *Service) sweepOnce(ctx context.Context) error {
+	for range 64 { // bounded work per tick
+		due, err := s.store.ExpiredBefore(s.now().Unix(), sweepBatch)
+		if err != nil {
+			return err
+		}
+		if len(due) == 0 {
+			return nil
+		}
+		if _, err := s.Do(ctx, &command.Command{Op: command.OpExpire, Expired: due}); err != nil {
+			return fmt.Errorf("propose expiry of %d items: %w", len(due), err)
+		}
+		if len(due) < sweepBatch {
+			return nil
+		}
+	}
+	return nil
+}
+
+// The result vocabulary listeners need, re-exported so that they import kv
+// and never the state machine or the replica.
+type (
+	// Result is an applied command's outcome.
+	Result = fsm.Result
+	// Item is a stored value.
+	Item = fsm.Item
+	// Status names an outcome.
+	Status = fsm.Status
+	// Digest fingerprints the state at one applied index.
+	Digest = fsm.Digest
+)
+
+// Outcomes of applied commands.
+const (
+	StatusStored     = fsm.StatusStored
+	StatusNotStored  = fsm.StatusNotStored
+	StatusExists     = fsm.StatusExists
+	StatusNotFound   = fsm.StatusNotFound
+	StatusDeleted    = fsm.StatusDeleted
+	StatusTouched    = fsm.StatusTouched
+	StatusOK         = fsm.StatusOK
+	StatusValue      = fsm.StatusValue
+	StatusHit        = fsm.StatusHit
+	StatusNonNumeric = fsm.StatusNonNumeric
+	StatusTooLarge   = fsm.StatusTooLarge
+)
+
+// Errors a request can end with, beyond ErrNotReady and ErrInvalid.
+var (
+	ErrNoLeader       = replica.ErrNoLeader
+	ErrBusy           = replica.ErrBusy
+	ErrTimeout        = replica.ErrTimeout
+	ErrUnknownOutcome = replica.ErrUnknownOutcome
+	ErrStopped        = replica.ErrStopped
+)
+
+// Errors of membership operations.
+var (
+	ErrNotLeader         = replica.ErrNotLeader
+	ErrUnknownMember     = replica.ErrUnknownMember
+	ErrMemberExists      = replica.ErrMemberExists
+	ErrQuorumAtRisk      = replica.ErrQuorumAtRisk
+	ErrRemoved           = replica.ErrRemoved
+	ErrConfChangeTimeout = replica.ErrConfChangeTimeout
+)

@@ -1,0 +1,144 @@
+package mcproto
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+	"testing/iotest"
+)
+
+// fuzzLimits are small so that random inputs reach every bound.
+var fuzzLimits = Limits{MaxItemSize: 64, MaxLine: 64, MaxMultigetLine: 256}
+
+// knownReplies are all the lines Next may ask a server to write.
+var knownReplies = map[string]bool{
+	"": true, MsgError: true, MsgBadCommandLine: true, MsgBadDataChunk: true, MsgInvalidExptime: true,
+	MsgInvalidDelta: true, MsgDeleteUsage: true, MsgObjectTooLarge: true,
+}
+
+// chunkReader returns the input in chunks whose sizes cycle through sizes.
+type chunkReader struct {
+	data  []byte
+	sizes []byte
+	i     int
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if len(c.data) == 0 {
+		return 0, io.EOF
+	}
+	n := 1
+	if len(c.sizes) > 0 {
+		n = int(c.sizes[c.i%len(c.sizes)])%17 + 1
+		c.i++
+	}
+	n = min(n, len(p), len(c.data))
+	copy(p, c.data[:n])
+	c.data = c.data[n:]
+	return n, nil
+}
+
+// FuzzReader: random input never panics, never makes the parser loop,
+// never yields a request that breaks the limits or the per-command shape,
+// and parses the same however the bytes are split.
+func FuzzReader(f *testing.F) {
+	for _, tt := range parseTests {
+		f.Add([]byte(tt.in))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		whole := fuzzParse(t, bytes.NewReader(in), len(in))
+		one := fuzzParse(t, iotest.OneByteReader(bytes.NewReader(in)), len(in))
+		chunked := fuzzParse(t, &chunkReader{data: in, sizes: in}, len(in))
+		if !equalStrings(whole, one) || !equalStrings(whole, chunked) {
+			t.Fatalf("split reads disagree:\nwhole   %q\none     %q\nchunked %q", whole, one, chunked)
+		}
+	})
+}
+
+func fuzzParse(t *testing.T, r io.Reader, n int) []string {
+	pr := NewReader(r, fuzzLimits)
+	var out []string
+	var req Request
+	// Every result consumes at least one byte (a '\n'), so n+1 calls end it.
+	for range n + 2 {
+		err := pr.Next(&req)
+		out = append(out, render(&req, err))
+		if err != nil {
+			var pe *Error
+			if !errors.As(err, &pe) {
+				if err != io.EOF && err != io.ErrUnexpectedEOF {
+					t.Fatalf("unexpected error %v", err)
+				}
+				return out
+			}
+			if !knownReplies[pe.Reply] {
+				t.Fatalf("unknown reply %q", pe.Reply)
+			}
+			if pe.Close {
+				if pe.Reply != "" {
+					t.Fatalf("closing error with a reply %q", pe.Reply)
+				}
+				return out
+			}
+			if pe.TooLarge && (!req.Command.IsStorage() || len(req.Keys) != 1) {
+				t.Fatalf("too large without its request: %+v", req)
+			}
+			continue
+		}
+		checkRequest(t, &req)
+		if pr.Buffered() < 0 {
+			t.Fatalf("negative Buffered")
+		}
+	}
+	t.Fatalf("no progress after %d calls: %q", n+2, out)
+	return nil
+}
+
+func checkRequest(t *testing.T, req *Request) {
+	c := req.Command
+	if c < CmdGet || c > CmdQuit {
+		t.Fatalf("bad command %d", c)
+	}
+	switch {
+	case c == CmdGet || c == CmdGets:
+		if len(req.Keys) == 0 {
+			t.Fatalf("%s without keys", c)
+		}
+	case c == CmdGat || c == CmdGats:
+	case c.IsStorage() || c == CmdIncr || c == CmdDecr || c == CmdTouch || c == CmdDelete:
+		if len(req.Keys) != 1 {
+			t.Fatalf("%s with %d keys", c, len(req.Keys))
+		}
+	default:
+		if len(req.Keys) != 0 {
+			t.Fatalf("%s with keys", c)
+		}
+	}
+	for _, k := range req.Keys {
+		if len(k) == 0 || len(k) > MaxKeyLen || bytes.ContainsAny(k, " \n\x00") {
+			t.Fatalf("bad key %q", k)
+		}
+	}
+	if len(req.Data) > fuzzLimits.MaxItemSize {
+		t.Fatalf("value of %d bytes over the limit", len(req.Data))
+	}
+	if !c.IsStorage() && req.Data != nil {
+		t.Fatalf("%s with data", c)
+	}
+	if req.Noreply && c.IsRetrieval() {
+		t.Fatalf("%s with noreply", c)
+	}
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,317 @@
+package mcserver
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/kvd-project/kvd/internal/command"
+	"github.com/kvd-project/kvd/internal/kv"
+	"github.com/kvd-project/kvd/internal/mcproto"
+	"github.com/kvd-project/kvd/internal/version"
+)
+
+var storageOps = map[mcproto.Command]command.Op{
+	mcproto.CmdSet: command.OpSet, mcproto.CmdAdd: command.OpAdd, mcproto.CmdReplace: command.OpReplace,
+	mcproto.CmdAppend: command.OpAppend, mcproto.CmdPrepend: command.OpPrepend, mcproto.CmdCas: command.OpCAS,
+}
+
+// handle turns one request into its reply (final, or pending on writes).
+func (c *conn) handle(req *mcproto.Request) *reply {
+	st := c.s.stats
+	switch req.Command {
+	case mcproto.CmdGet, mcproto.CmdGets:
+		return &reply{buf: c.get(req)}
+	case mcproto.CmdGat, mcproto.CmdGats:
+		return c.gat(req)
+	case mcproto.CmdSet, mcproto.CmdAdd, mcproto.CmdReplace, mcproto.CmdAppend, mcproto.CmdPrepend, mcproto.CmdCas:
+		st.CmdSet.Add(1)
+		cmd := &command.Command{Op: storageOps[req.Command], Key: req.Keys[0], Value: req.Data,
+			Flags: req.Flags, Exptime: req.Exptime, CAS: req.CAS}
+		isCAS := req.Command == mcproto.CmdCas
+		return c.write(req, cmd, func(dst []byte, r kv.Result) []byte {
+			switch r.Status {
+			case kv.StatusStored:
+				st.TotalItems.Add(1)
+				if isCAS {
+					st.CasHits.Add(1)
+				}
+				return append(dst, mcproto.ReplyStored...)
+			case kv.StatusNotStored:
+				return append(dst, mcproto.ReplyNotStored...)
+			case kv.StatusExists:
+				st.CasBadval.Add(1)
+				return append(dst, mcproto.ReplyExists...)
+			case kv.StatusNotFound:
+				st.CasMisses.Add(1)
+				return append(dst, mcproto.ReplyNotFound...)
+			case kv.StatusTooLarge:
+				return mcproto.AppendLine(dst, mcproto.MsgOutOfMemoryStore)
+			}
+			return unexpected(dst, r)
+		})
+	case mcproto.CmdIncr, mcproto.CmdDecr:
+		op, hits, misses := command.OpIncr, &st.IncrHits, &st.IncrMisses
+		if req.Command == mcproto.CmdDecr {
+			op, hits, misses = command.OpDecr, &st.DecrHits, &st.DecrMisses
+		}
+		cmd := &command.Command{Op: op, Key: req.Keys[0], Delta: req.Delta}
+		return c.write(req, cmd, func(dst []byte, r kv.Result) []byte {
+			switch r.Status {
+			case kv.StatusValue:
+				hits.Add(1)
+				return mcproto.AppendUint(dst, r.Value)
+			case kv.StatusNotFound:
+				misses.Add(1)
+				return append(dst, mcproto.ReplyNotFound...)
+			case kv.StatusNonNumeric:
+				return mcproto.AppendLine(dst, mcproto.MsgNonNumericValue)
+			}
+			return unexpected(dst, r)
+		})
+	case mcproto.CmdTouch:
+		st.CmdTouch.Add(1)
+		cmd := &command.Command{Op: command.OpTouch, Key: req.Keys[0], Exptime: req.Exptime}
+		return c.write(req, cmd, func(dst []byte, r kv.Result) []byte {
+			switch r.Status {
+			case kv.StatusTouched:
+				st.TouchHits.Add(1)
+				return append(dst, mcproto.ReplyTouched...)
+			case kv.StatusNotFound:
+				st.TouchMisses.Add(1)
+				return append(dst, mcproto.ReplyNotFound...)
+			}
+			return unexpected(dst, r)
+		})
+	case mcproto.CmdDelete:
+		cmd := &command.Command{Op: command.OpDelete, Key: req.Keys[0]}
+		return c.write(req, cmd, func(dst []byte, r kv.Result) []byte {
+			switch r.Status {
+			case kv.StatusDeleted:
+				st.DeleteHits.Add(1)
+				return append(dst, mcproto.ReplyDeleted...)
+			case kv.StatusNotFound:
+				st.DeleteMisses.Add(1)
+				return append(dst, mcproto.ReplyNotFound...)
+			}
+			return unexpected(dst, r)
+		})
+	case mcproto.CmdFlushAll:
+		st.CmdFlush.Add(1)
+		cmd := &command.Command{Op: command.OpFlush, Delay: max(req.Delay, 0)}
+		return c.write(req, cmd, func(dst []byte, r kv.Result) []byte {
+			return append(dst, mcproto.ReplyOK...)
+		})
+	case mcproto.CmdVersion:
+		st.count(req.Command, ResultOK, 1)
+		return &reply{buf: mcproto.AppendVersion(nil, version.Memcached)}
+	case mcproto.CmdVerbosity:
+		st.count(req.Command, ResultOK, 1)
+		if req.Noreply {
+			return &reply{}
+		}
+		return &reply{buf: append([]byte(nil), mcproto.ReplyOK...)}
+	case mcproto.CmdStats:
+		c.waitOwnWrites() // counters must include this connection's writes
+		buf, ok := c.statsReply(req.Args)
+		if ok {
+			st.count(req.Command, ResultOK, 1)
+		} else {
+			st.count(req.Command, ResultError, 1)
+		}
+		return &reply{buf: buf}
+	}
+	st.count(0, ResultError, 1)
+	return &reply{buf: append([]byte(nil), mcproto.ReplyError...)}
+}
+
+// write submits one command and renders its result (nothing with noreply).
+func (c *conn) write(req *mcproto.Request, cmd *command.Command, render func([]byte, kv.Result) []byte) *reply {
+	noreply := req.Noreply
+	st, which := c.s.stats, req.Command
+	call, err := c.submit(cmd)
+	if err != nil {
+		st.ServerErrors.Add(1)
+		st.count(which, ResultServerError, 1)
+		if noreply {
+			return &reply{}
+		}
+		return &reply{buf: errorReply(nil, err)}
+	}
+	return c.pending([]*kv.Call{call}, func(dst []byte, res []kv.Result, err error) []byte {
+		if err != nil {
+			st.ServerErrors.Add(1)
+			st.count(which, ResultServerError, 1)
+			if noreply {
+				return dst
+			}
+			return errorReply(dst, err)
+		}
+		st.count(which, statusResult(res[0].Status), 1)
+		out := render(dst, res[0])
+		if noreply {
+			return dst
+		}
+		return out
+	})
+}
+
+// statusResult classifies a write's outcome the way its reply reads.
+func statusResult(s kv.Status) Result {
+	switch s {
+	case kv.StatusStored:
+		return ResultStored
+	case kv.StatusNotStored:
+		return ResultNotStored
+	case kv.StatusExists:
+		return ResultExists
+	case kv.StatusNotFound:
+		return ResultNotFound
+	case kv.StatusDeleted:
+		return ResultDeleted
+	case kv.StatusTouched:
+		return ResultTouched
+	case kv.StatusOK:
+		return ResultOK
+	case kv.StatusValue, kv.StatusHit:
+		return ResultHit
+	case kv.StatusNonNumeric:
+		return ResultClientError
+	}
+	return ResultServerError // too large (out of memory) or unexpected
+}
+
+func unexpected(dst []byte, r kv.Result) []byte {
+	return mcproto.AppendServerError(dst, "unexpected result "+r.Status.String())
+}
+
+func (c *conn) get(req *mcproto.Request) []byte {
+	c.waitOwnWrites()
+	st := c.s.stats
+	st.CmdGet.Add(uint64(len(req.Keys)))
+	if err := c.s.kv.Barrier(c.s.baseCtx, c.s.kv.Config().ReadConsistency); err != nil {
+		st.ServerErrors.Add(1)
+		st.count(req.Command, ResultServerError, 1)
+		return errorReply(nil, err)
+	}
+	withCAS := req.Command == mcproto.CmdGets
+	var buf []byte
+	for _, k := range req.Keys {
+		it, ok, err := c.s.kv.Get(k)
+		if err != nil {
+			st.ServerErrors.Add(1)
+			st.count(req.Command, ResultServerError, 1)
+			return errorReply(nil, err)
+		}
+		if !ok {
+			st.GetMisses.Add(1)
+			st.count(req.Command, ResultMiss, 1)
+			continue
+		}
+		st.GetHits.Add(1)
+		st.count(req.Command, ResultHit, 1)
+		buf = mcproto.AppendValue(buf, k, it.Flags, it.Value, it.CAS, withCAS)
+	}
+	return mcproto.AppendEnd(buf)
+}
+
+// gat touches every key through the log (it changes expiry) and returns the
+// hits, in key order.
+func (c *conn) gat(req *mcproto.Request) *reply {
+	st := c.s.stats
+	st.CmdTouch.Add(uint64(len(req.Keys)))
+	st.CmdGet.Add(uint64(len(req.Keys)))
+	keys := make([][]byte, len(req.Keys))
+	calls := make([]*kv.Call, len(req.Keys))
+	for i, k := range req.Keys {
+		keys[i] = append([]byte(nil), k...)
+		call, err := c.submit(&command.Command{Op: command.OpGAT, Key: k, Exptime: req.Exptime})
+		if err != nil {
+			st.ServerErrors.Add(1)
+			st.count(req.Command, ResultServerError, 1)
+			return &reply{buf: errorReply(nil, err)}
+		}
+		calls[i] = call
+	}
+	withCAS, which := req.Command == mcproto.CmdGats, req.Command
+	return c.pending(calls, func(dst []byte, res []kv.Result, err error) []byte {
+		if err != nil {
+			st.ServerErrors.Add(1)
+			st.count(which, ResultServerError, 1)
+			return errorReply(dst, err)
+		}
+		for i, r := range res {
+			if r.Status != kv.StatusHit {
+				st.TouchMisses.Add(1)
+				st.GetMisses.Add(1)
+				st.count(which, ResultMiss, 1)
+				continue
+			}
+			st.TouchHits.Add(1)
+			st.GetHits.Add(1)
+			st.count(which, ResultHit, 1)
+			dst = mcproto.AppendValue(dst, keys[i], r.Item.Flags, r.Item.Value, r.Item.CAS, withCAS)
+		}
+		return mcproto.AppendEnd(dst)
+	})
+}
+
+func (c *conn) statsGeneral() []byte {
+	st := c.s.stats
+	status := c.s.kv.Status()
+	now := time.Now()
+	var buf []byte
+	u := func(name string, v uint64) { buf = mcproto.AppendStatUint(buf, name, v) }
+	u("pid", uint64(os.Getpid()))
+	u("uptime", uint64(now.Sub(st.Started)/time.Second))
+	u("time", uint64(now.Unix()))
+	buf = mcproto.AppendStat(buf, "version", version.Memcached)
+	buf = mcproto.AppendStat(buf, "libevent", "none")
+	u("pointer_size", strconv.IntSize)
+	u("max_connections", uint64(c.s.cfg.MaxConnections))
+	u("curr_connections", uint64(st.CurrConnections.Load()))
+	u("total_connections", st.TotalConnections.Load())
+	u("rejected_connections", st.RejectedConnections.Load())
+	u("cmd_get", st.CmdGet.Load())
+	u("cmd_set", st.CmdSet.Load())
+	u("cmd_flush", st.CmdFlush.Load())
+	u("cmd_touch", st.CmdTouch.Load())
+	u("get_hits", st.GetHits.Load())
+	u("get_misses", st.GetMisses.Load())
+	u("delete_misses", st.DeleteMisses.Load())
+	u("delete_hits", st.DeleteHits.Load())
+	u("incr_misses", st.IncrMisses.Load())
+	u("incr_hits", st.IncrHits.Load())
+	u("decr_misses", st.DecrMisses.Load())
+	u("decr_hits", st.DecrHits.Load())
+	u("cas_misses", st.CasMisses.Load())
+	u("cas_hits", st.CasHits.Load())
+	u("cas_badval", st.CasBadval.Load())
+	u("touch_hits", st.TouchHits.Load())
+	u("touch_misses", st.TouchMisses.Load())
+	u("bytes_read", st.BytesRead.Load())
+	u("bytes_written", st.BytesWritten.Load())
+	u("threads", uint64(runtime.GOMAXPROCS(0)))
+	u("server_errors", st.ServerErrors.Load())
+	store := c.s.kv.StoreStats()
+	u("curr_items", uint64(max(store.Items, 0)))
+	u("total_items", st.TotalItems.Load())
+	u("bytes", uint64(max(store.Bytes, 0)))
+	u("evictions", 0) // kvd never evicts: a full store is an error, not a silent drop
+	u("raft_term", status.Term)
+	u("raft_commit_index", status.Commit)
+	u("raft_applied_index", status.Applied)
+	buf = mcproto.AppendStat(buf, "raft_role", status.Role)
+	return mcproto.AppendEnd(buf)
+}
+
+func (c *conn) statsSettings() []byte {
+	var buf []byte
+	buf = mcproto.AppendStatUint(buf, "maxconns", uint64(c.s.cfg.MaxConnections))
+	buf = mcproto.AppendStatUint(buf, "item_size_max", uint64(c.s.cfg.MaxItemSize))
+	buf = mcproto.AppendStat(buf, "cas_enabled", "yes")
+	buf = mcproto.AppendStat(buf, "evictions", "off")
+	buf = mcproto.AppendStatUint(buf, "udpport", 0)
+	return mcproto.AppendEnd(buf)
+}

@@ -1,0 +1,37 @@
+package mcserver_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvd-project/kvd/internal/config"
+	"github.com/kvd-project/kvd/internal/node"
+)
+
+// startNode runs a real single-member node on loopback ports and waits until
+// it is ready (the test binary's -timeout bounds the wait).
+func startNode(tb testing.TB) *node.Node {
+	tb.Helper()
+	cfg := config.Default()
+	cfg.Name = "n1"
+	cfg.DataDir = tb.TempDir()
+	cfg.MemcacheAddr, cfg.HTTPAddr, cfg.PeerAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	n, err := node.Start(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(tb, err)
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		require.NoError(tb, n.Shutdown(ctx))
+	})
+	deadline := time.Now().Add(time.Minute)
+	for !n.KV().Status().Ready {
+		require.True(tb, time.Now().Before(deadline), "node not ready within a minute")
+		time.Sleep(5 * time.Millisecond)
+	}
+	return n
+}

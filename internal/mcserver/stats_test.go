@@ -1,0 +1,154 @@
+package mcserver_test
+
+import (
+	"bufio"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+type client struct {
+	tb testing.TB
+	nc net.Conn
+	rw *bufio.ReadWriter
+}
+
+func dial(tb testing.TB, addr string) *client {
+	tb.Helper()
+	nc, err := net.Dial("tcp", addr)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = nc.Close() })
+	return &client{tb: tb, nc: nc, rw: bufio.NewReadWriter(bufio.NewReader(nc), bufio.NewWriter(nc))}
+}
+
+// do sends req and returns the reply lines (without CRLF) up to and
+// including the first line that is one of the final lines.
+func (c *client) do(req string, final ...string) []string {
+	c.tb.Helper()
+	if len(final) == 0 {
+		final = []string{"END", "ERROR", "RESET", "OK"}
+	}
+	_, err := c.rw.WriteString(req)
+	require.NoError(c.tb, err)
+	require.NoError(c.tb, c.rw.Flush())
+	require.NoError(c.tb, c.nc.SetReadDeadline(time.Now().Add(10*time.Second)))
+	var lines []string
+	for {
+		line, err := c.rw.ReadString('\n')
+		require.NoError(c.tb, err, "after %q", lines)
+		line = strings.TrimSuffix(line, "\r\n")
+		lines = append(lines, line)
+		for _, f := range final {
+			if line == f || strings.HasPrefix(line, "CLIENT_ERROR") || strings.HasPrefix(line, "SERVER_ERROR") {
+				return lines
+			}
+		}
+	}
+}
+
+// stats parses STAT lines into a map; it fails on anything else but END.
+func stats(tb testing.TB, lines []string) map[string]string {
+	tb.Helper()
+	require.Equal(tb, "END", lines[len(lines)-1])
+	out := map[string]string{}
+	for _, l := range lines[:len(lines)-1] {
+		f := strings.SplitN(l, " ", 3)
+		require.Len(tb, f, 3, "line %q", l)
+		require.Equal(tb, "STAT", f[0], "line %q", l)
+		_, dup := out[f[1]]
+		require.False(tb, dup, "stat %s twice", f[1])
+		out[f[1]] = f[2]
+	}
+	return out
+}
+
+func TestStatsConns(t *testing.T) {
+	n := startNode(t)
+	idle := dial(t, n.MemcacheAddr())
+	require.Equal(t, []string{"VERSION 1.6.21"}, idle.do("version\r\n", "VERSION 1.6.21"))
+	me := dial(t, n.MemcacheAddr())
+	st := stats(t, me.do("stats conns\r\n"))
+
+	// Every ID has addr, state and secs_since_last_cmd; clients also have
+	// listen_addr.
+	byAddr := map[string]string{} // addr → id
+	for k, v := range st {
+		id, field, ok := strings.Cut(k, ":")
+		require.True(t, ok, "stat %s", k)
+		_, err := strconv.ParseUint(id, 10, 64)
+		require.NoError(t, err, "stat %s", k)
+		if field == "addr" {
+			byAddr[v] = id
+			require.Contains(t, st, id+":state")
+			require.Contains(t, st, id+":secs_since_last_cmd")
+		}
+	}
+	listen := "tcp:" + n.MemcacheAddr()
+	lid, ok := byAddr[listen]
+	require.True(t, ok, "listener missing in %v", st)
+	require.Equal(t, "conn_listening", st[lid+":state"])
+
+	myID, ok := byAddr["tcp:"+me.nc.LocalAddr().String()]
+	require.True(t, ok, "this connection missing in %v", st)
+	require.Equal(t, "conn_parse_cmd", st[myID+":state"], "the connection asking is handling its command")
+	require.Equal(t, listen, st[myID+":listen_addr"])
+	require.Equal(t, "0", st[myID+":secs_since_last_cmd"])
+
+	idleID, ok := byAddr["tcp:"+idle.nc.LocalAddr().String()]
+	require.True(t, ok, "idle connection missing in %v", st)
+	require.Equal(t, "conn_new_cmd", st[idleID+":state"])
+	require.Len(t, byAddr, 3)
+}
+
+func TestStatsRaft(t *testing.T) {
+	n := startNode(t)
+	c := dial(t, n.MemcacheAddr())
+	require.Equal(t, []string{"STORED"}, c.do("set k 0 0 1\r\nv\r\n", "STORED"))
+	st := stats(t, c.do("stats raft\r\n"))
+
+	s := n.KV().Status()
+	id := strconv.FormatUint(uint64(s.ID), 16)
+	require.Equal(t, id, st["id"])
+	require.Equal(t, "leader", st["role"])
+	require.Equal(t, id, st["leader"])
+	require.Equal(t, "1", st["ready"])
+	require.Equal(t, "1", st["voters"])
+	require.Equal(t, "0", st["learners"])
+	require.Equal(t, "voter", st["member:"+id+":kind"])
+	for _, k := range []string{"term", "commit_index", "applied_index"} {
+		v, err := strconv.ParseUint(st[k], 10, 64)
+		require.NoError(t, err, k)
+		require.NotZero(t, v, k)
+	}
+	require.Equal(t, st["commit_index"], st["applied_index"], "a group of one applies what it commits before replying")
+	if name, ok := st["name"]; ok { // only when the node passes its name
+		require.Equal(t, "n1", name)
+		require.Equal(t, "n1", st["leader_name"])
+	}
+}
+
+// TestStatsSubcommands pins the replies memcached 1.6 gives to the
+// subcommands about its slab allocator, and ERROR for unknown ones.
+func TestStatsSubcommands(t *testing.T) {
+	n := startNode(t)
+	c := dial(t, n.MemcacheAddr())
+	for _, tc := range []struct{ req, want string }{
+		{"stats items", "END"},
+		{"stats slabs", "STAT active_slabs 0|STAT total_malloced 0|END"},
+		{"stats sizes", "STAT sizes_status disabled|END"},
+		{"stats detail dump", "END"},
+		{"stats detail", "CLIENT_ERROR usage: stats detail on|off|dump"},
+		{"stats cachedump 1 1", "END"},
+		{"stats reset", "RESET"},
+		{"stats bogus", "ERROR"},
+		{"stats raft2", "ERROR"},
+	} {
+		require.Equal(t, tc.want, strings.Join(c.do(tc.req+"\r\n"), "|"), tc.req)
+	}
+	// The connection survives all of them.
+	require.Equal(t, []string{"VERSION 1.6.21"}, c.do("version\r\n", "VERSION 1.6.21"))
+}

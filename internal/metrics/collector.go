@@ -1,0 +1,207 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvd-project/kvd/internal/mcserver"
+)
+
+// Roles a member's raft state can take, as replica.Status names them.
+var raftRoles = []string{"leader", "follower", "candidate", "pre-candidate"}
+
+// nodeCollector turns the node's own counters and status snapshots into
+// metrics at scrape time.
+type nodeCollector struct {
+	src      Sources
+	requests *requestCounts
+
+	// raft
+	hasLeader, isLeader, ready, term, commit, applied, leaderChanges, pending *prometheus.Desc
+	members, role                                                             *prometheus.Desc
+	proposalsApplied, proposalsFailed                                         *prometheus.Desc
+	// raft log
+	fsync, firstIndex, lastIndex, diskReads, tailEntries, tailBytes *prometheus.Desc
+	// fsm and storage
+	fsmApplied, diskUsage, items, valueBytes *prometheus.Desc
+	compactionDebt, cacheHits, cacheMisses   *prometheus.Desc
+	// memcache
+	conns, connsTotal, connsRejected, commands, commandDuration, readBytes, writtenBytes, serverErrors, stored *prometheus.Desc
+	// all protocols
+	requestsTotal *prometheus.Desc
+}
+
+func desc(subsystem, name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(prometheus.BuildFQName(Namespace, subsystem, name), help, labels, nil)
+}
+
+func newNodeCollector(src Sources, requests *requestCounts) *nodeCollector {
+	return &nodeCollector{
+		src: src, requests: requests,
+
+		hasLeader:        desc("raft", "has_leader", "1 if this node knows a raft leader, else 0."),
+		isLeader:         desc("raft", "is_leader", "1 if this node is the raft leader, else 0."),
+		ready:            desc("raft", "ready", "1 if this node is ready to serve (log replayed, leader known, caught up at startup), else 0."),
+		term:             desc("raft", "term", "Current raft term."),
+		commit:           desc("raft", "commit_index", "Highest log index known to be committed."),
+		applied:          desc("raft", "applied_index", "Highest log index applied to the state machine (as of the last raft status)."),
+		leaderChanges:    desc("raft", "leader_changes_total", "Leader changes this node has seen since it started."),
+		pending:          desc("raft", "proposals_pending", "Proposals waiting for their entry to be applied."),
+		proposalsApplied: desc("raft", "proposals_applied_total", "Proposals made on this node that were committed and applied."),
+		proposalsFailed:  desc("raft", "proposals_failed_total", "Proposals made on this node that failed: refused (busy, no leader), timed out, or of unknown outcome after a leader change."),
+		members:          desc("raft", "members", "Members of the raft configuration, by kind (voter, learner).", "kind"),
+		role:             desc("raft", "role", "1 for this node's current raft role, 0 for the others.", "role"),
+
+		fsync:       desc("raft", "log_fsync_duration_seconds", "Fsynced raft log batch commits and the time spent in them (count and sum; no quantiles)."),
+		firstIndex:  desc("raft", "log_first_index", "First index held in the raft log (past the last compaction)."),
+		lastIndex:   desc("raft", "log_last_index", "Last index written to the raft log."),
+		diskReads:   desc("raft", "log_entry_disk_reads_total", "Raft log entries read from disk because the in-memory tail cache did not hold them."),
+		tailEntries: desc("raft", "log_tail_cache_entries", "Entries in the raft log's in-memory tail cache."),
+		tailBytes:   desc("raft", "log_tail_cache_bytes", "Encoded bytes in the raft log's in-memory tail cache."),
+
+		fsmApplied:     desc("fsm", "applied_index", "Last log index applied to the state store (visible to reads)."),
+		diskUsage:      desc("storage", "disk_usage_bytes", "On-disk footprint of each Pebble store (state: the data; raft: the log).", "store"),
+		items:          desc("storage", "items", "Items in the state store, including expired items the leader has not swept yet."),
+		valueBytes:     desc("storage", "value_bytes", "Sum of the value sizes of the items in the state store."),
+		compactionDebt: desc("storage", "compaction_debt_bytes", "Pebble's estimate of the bytes its compactions are behind, per store (state, raft).", "store"),
+		cacheHits:      desc("storage", "block_cache_hits_total", "Pebble block cache hits per store; the hit rate is hits / (hits + misses).", "store"),
+		cacheMisses:    desc("storage", "block_cache_misses_total", "Pebble block cache misses per store.", "store"),
+
+		conns:         desc("memcache", "connections", "Open memcache client connections."),
+		connsTotal:    desc("memcache", "connections_total", "Memcache connections accepted."),
+		connsRejected: desc("memcache", "connections_rejected_total", "Memcache connections refused because max-connections was reached."),
+		commands: desc("memcache", "commands_total", "Memcache commands answered, by command and result (hit, miss, stored, not_stored, exists, not_found, deleted, touched, ok, client_error, server_error, error). "+
+			"A multi-key get or gat counts each key. Lines the parser rejects count as command \"unknown\".", "command", "result"),
+		commandDuration: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "memcache", "command_duration_seconds"),
+			"Time from parsing a memcache request to its reply being ready to write (including waiting for the write to be applied), by command.", []string{"command"}, nil),
+		readBytes:    desc("memcache", "read_bytes_total", "Bytes read from memcache clients."),
+		writtenBytes: desc("memcache", "written_bytes_total", "Bytes written to memcache clients."),
+		serverErrors: desc("memcache", "server_errors_total", "SERVER_ERROR replies (no quorum, timeouts, busy, shutdown)."),
+		stored:       desc("memcache", "items_stored_total", "Items stored through the memcache port (memcached's total_items)."),
+
+		requestsTotal: desc("", "requests_total", "Key-value requests by protocol (memcache, http), command and result.", "protocol", "command", "result"),
+	}
+}
+
+// Describe sends every descriptor.
+func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.hasLeader, c.isLeader, c.ready, c.term, c.commit, c.applied, c.leaderChanges, c.pending, c.members, c.role,
+		c.proposalsApplied, c.proposalsFailed,
+		c.fsync, c.firstIndex, c.lastIndex, c.diskReads, c.tailEntries, c.tailBytes,
+		c.fsmApplied, c.diskUsage, c.items, c.valueBytes, c.compactionDebt, c.cacheHits, c.cacheMisses,
+		c.conns, c.connsTotal, c.connsRejected, c.commands, c.commandDuration, c.readBytes, c.writtenBytes, c.serverErrors, c.stored,
+		c.requestsTotal,
+	} {
+		if d == c.fsync && c.src.LogSync != nil {
+			continue // the registered histogram owns the name
+		}
+		ch <- d
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Collect reads every source once.
+func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+
+	st := c.src.Raft.Status()
+	gauge(c.hasLeader, b2f(st.Leader != 0))
+	gauge(c.isLeader, b2f(st.Leader != 0 && st.Leader == st.ID))
+	gauge(c.ready, b2f(st.Ready))
+	gauge(c.term, float64(st.Term))
+	gauge(c.commit, float64(st.Commit))
+	gauge(c.applied, float64(st.Applied))
+	counter(c.leaderChanges, float64(st.LeaderChanges))
+	gauge(c.pending, float64(st.Pending))
+	counter(c.proposalsApplied, float64(st.ProposalsApplied))
+	counter(c.proposalsFailed, float64(st.ProposalsFailed))
+	gauge(c.members, float64(len(st.Voters)), "voter")
+	gauge(c.members, float64(len(st.Learners)), "learner")
+	for _, r := range raftRoles {
+		gauge(c.role, b2f(st.Role == r), r)
+	}
+
+	fs := c.src.Store.Stats()
+	gauge(c.fsmApplied, float64(fs.Applied))
+	gauge(c.diskUsage, float64(fs.DiskBytes), "state")
+	gauge(c.items, float64(max(fs.Items, 0)))
+	gauge(c.valueBytes, float64(max(fs.Bytes, 0)))
+	gauge(c.compactionDebt, float64(fs.CompactionDebt), "state")
+	counter(c.cacheHits, float64(fs.BlockCacheHits), "state")
+	counter(c.cacheMisses, float64(fs.BlockCacheMisses), "state")
+
+	if c.src.Log != nil {
+		ls := c.src.Log.Stats()
+		if c.src.LogSync == nil {
+			// Without the per-fsync histogram, count and sum are all there is.
+			ch <- prometheus.MustNewConstSummary(c.fsync, ls.SyncCount, ls.SyncDuration.Seconds(), nil)
+		}
+		gauge(c.firstIndex, float64(ls.FirstIndex))
+		gauge(c.lastIndex, float64(ls.LastIndex))
+		counter(c.diskReads, float64(ls.EntryDiskReads))
+		gauge(c.tailEntries, float64(ls.TailCacheEntries))
+		gauge(c.tailBytes, float64(ls.TailCacheBytes))
+		gauge(c.diskUsage, float64(ls.DiskBytes), "raft")
+		gauge(c.compactionDebt, float64(ls.CompactionDebt), "raft")
+		counter(c.cacheHits, float64(ls.BlockCacheHits), "raft")
+		counter(c.cacheMisses, float64(ls.BlockCacheMisses), "raft")
+	}
+
+	if m := c.src.Memcache; m != nil {
+		c.collectMemcache(m, ch, gauge, counter)
+	}
+	c.requests.each(func(k requestKey, v uint64) {
+		counter(c.requestsTotal, float64(v), k.protocol, k.command, k.result)
+	})
+}
+
+func (c *nodeCollector) collectMemcache(m *mcserver.Stats, ch chan<- prometheus.Metric, gauge, counter func(*prometheus.Desc, float64, ...string)) {
+	gauge(c.conns, float64(max(m.CurrConnections.Load(), 0)))
+	counter(c.connsTotal, float64(m.TotalConnections.Load()))
+	counter(c.connsRejected, float64(m.RejectedConnections.Load()))
+	for _, cs := range m.Commands() {
+		for r, v := range cs.Results {
+			// Results a command can give are exposed from the start, so that
+			// rate() sees their first increment; others only if they occur.
+			if cs.Possible[r] || v > 0 {
+				counter(c.commands, float64(v), cs.Command, mcserver.ResultName(r))
+			}
+		}
+		buckets := make(map[float64]uint64, len(cs.Buckets))
+		for i, b := range mcserver.LatencyBounds {
+			buckets[b.Seconds()] = cs.Buckets[i]
+		}
+		ch <- prometheus.MustNewConstHistogram(c.commandDuration, cs.Count, cs.Sum.Seconds(), buckets, cs.Command)
+	}
+	counter(c.readBytes, float64(m.BytesRead.Load()))
+	counter(c.writtenBytes, float64(m.BytesWritten.Load()))
+	counter(c.serverErrors, float64(m.ServerErrors.Load()))
+	counter(c.stored, float64(m.TotalItems.Load()))
+	// memcached's own hit/miss pairs; each counter is read once, never
+	// derived by subtraction, so every series stays monotonic. (get_expired
+	// is part of get_misses in memcached, so it gets no series of its own.)
+	for _, r := range []struct {
+		command, result string
+		v               uint64
+	}{
+		{"get", "hit", m.GetHits.Load()}, {"get", "miss", m.GetMisses.Load()},
+		{"delete", "hit", m.DeleteHits.Load()}, {"delete", "miss", m.DeleteMisses.Load()},
+		{"incr", "hit", m.IncrHits.Load()}, {"incr", "miss", m.IncrMisses.Load()},
+		{"decr", "hit", m.DecrHits.Load()}, {"decr", "miss", m.DecrMisses.Load()},
+		{"cas", "hit", m.CasHits.Load()}, {"cas", "miss", m.CasMisses.Load()}, {"cas", "badval", m.CasBadval.Load()},
+		{"touch", "hit", m.TouchHits.Load()}, {"touch", "miss", m.TouchMisses.Load()},
+	} {
+		counter(c.requestsTotal, float64(r.v), "memcache", r.command, r.result)
+	}
+}

@@ -1,0 +1,384 @@
+// Package node is kvd's composition root: it opens the two Pebble stores,
+// starts the raft member over them, and puts the kv service behind the
+// memcache and HTTP listeners. Reading Start top to bottom is reading the data
+// path: raftlog → fsm → replica → kv → listeners.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kvd-project/kvd/internal/config"
+	"github.com/kvd-project/kvd/internal/fsm"
+	"github.com/kvd-project/kvd/internal/httpapi"
+	"github.com/kvd-project/kvd/internal/kv"
+	"github.com/kvd-project/kvd/internal/mcserver"
+	"github.com/kvd-project/kvd/internal/metrics"
+	"github.com/kvd-project/kvd/internal/raftlog"
+	"github.com/kvd-project/kvd/internal/replica"
+	"github.com/kvd-project/kvd/internal/transport"
+)
+
+// Node is one running kvd member.
+type Node struct {
+	cfg    config.Config
+	logger *slog.Logger
+
+	log   *raftlog.Log
+	state *fsm.FSM
+	rep   *replica.Replica
+	peers *transport.TCP // nil for a group of one
+	kv    *kv.Service
+	mc    *mcserver.Server
+	http  *http.Server
+
+	mcLn, httpLn net.Listener
+	stopSweep    context.CancelFunc
+	serveErr     chan error
+
+	// Membership: how the cluster began, what this node publishes, and the
+	// transport's peers kept equal to raft's configuration.
+	ms          *membership
+	adv         advertised
+	inbound     *lateHandler
+	sender      *lazySender
+	peerMu      sync.Mutex
+	peerAddrs   map[uint64]string
+	stopWatch   context.CancelFunc
+	watchDone   chan struct{}
+	removed     chan struct{}
+	removedOnce sync.Once
+}
+
+// IDOf derives a member's raft ID from its name: stable across restarts and
+// identical on every member that reads the same --initial-cluster.
+func IDOf(name string) replica.NodeID {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(name))
+	if id := h.Sum64(); id != 0 {
+		return replica.NodeID(id)
+	}
+	return 1
+}
+
+// Start brings the node up and returns once its listeners are bound.
+func Start(cfg config.Config, logger *slog.Logger) (n *Node, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	n = &Node{cfg: cfg, logger: logger, serveErr: make(chan error, 2)}
+	// Every failure below returns nil for n: the cleanup holds its own copy.
+	built := n
+	defer func() {
+		if err != nil {
+			built.closeStores()
+		}
+	}()
+	// raftlog.Open creates the data dir and fsyncs every directory entry it
+	// adds, so that a power loss cannot take the fresh directory back.
+
+	// The durable log and the state it produces, each its own Pebble.
+	logSync := metrics.NewSyncObserver() // fsync latency, observed from the first write on
+	n.log, err = raftlog.Open(filepath.Join(cfg.DataDir, "raft"), logger, raftlog.Options{ObserveSync: logSync.Observe})
+	if err != nil {
+		return nil, fmt.Errorf("open raft log: %w", err)
+	}
+	n.state, err = fsm.Open(filepath.Join(cfg.DataDir, "state"), logger.With("component", "fsm"), fsm.Options{CacheBytes: int64(cfg.CacheSize)})
+	if err != nil {
+		return nil, fmt.Errorf("open state store: %w", err)
+	}
+
+	// Consensus over them.
+	rcfg := replica.Config{
+		ID:             IDOf(cfg.Name),
+		TickInterval:   cfg.HeartbeatInterval,
+		ElectionTicks:  cfg.ElectionTicks(),
+		HeartbeatTicks: 1,
+		LeaseReads:     cfg.ReadConsistency == "lease",
+		CompactEvery:   cfg.SnapshotCount,
+		CompactKeep:    cfg.SnapshotCatchupEntries,
+	}
+	if cfg.Join != "" && n.log.IsEmpty() && !exists(filepath.Join(cfg.DataDir, membershipFile)) {
+		n.adv.peer = advertise(cfg.AdvertisePeerAddr, cfg.PeerAddr)
+		n.adv.http = advertise(cfg.AdvertiseHTTPAddr, cfg.HTTPAddr)
+		n.adv.memcache = advertise(cfg.AdvertiseMemcacheAddr, cfg.MemcacheAddr)
+		logger.Info("joining cluster", "via", cfg.Join, "peer_addr", n.adv.peer)
+		if _, err := joinCluster(context.Background(), cfg, n.adv, filepath.Join(cfg.DataDir, membershipFile)); err != nil {
+			return nil, err
+		}
+	}
+	ms, err := loadMembership(cfg, n.log.IsEmpty())
+	if err != nil {
+		return nil, fmt.Errorf("cluster membership: %w", err)
+	}
+	n.ms = ms
+	for _, v := range ms.bootstrapVoters() {
+		rcfg.Peers = append(rcfg.Peers, replica.NodeID(v))
+	}
+	peers := map[uint64]string{}
+	for _, m := range ms.Members {
+		if m.ID != uint64(rcfg.ID) {
+			peers[m.ID] = m.PeerAddr
+		}
+	}
+	// A group of one binds no peer port until a member is added.
+	n.inbound = &lateHandler{}
+	n.sender = &lazySender{}
+	n.peerAddrs = maps.Clone(peers)
+	n.removed = make(chan struct{})
+	if len(peers) > 0 {
+		if n.peers, err = n.newTransport(peers); err != nil {
+			return nil, fmt.Errorf("peer transport: %w", err)
+		}
+		n.sender.t.Store(n.peers)
+	}
+	n.rep, err = replica.Start(rcfg, n.log, fsmAdapter{f: n.state, dataDir: cfg.DataDir}, n.sender, logger.With("component", "replica"))
+	if err != nil {
+		return nil, fmt.Errorf("start replica: %w", err)
+	}
+	n.inbound.r.Store(n.rep)
+	if n.peers != nil {
+		n.peers.Start()
+	}
+
+	// The protocol-agnostic service, and the listeners in front of it.
+	level, _ := kv.ParseConsistency(cfg.ReadConsistency)
+	n.kv = kv.New(kv.Config{
+		RequestTimeout:  cfg.RequestTimeout,
+		MaxItemSize:     int(cfg.MaxItemSize),
+		ReadConsistency: level,
+	}, n.rep, n.state, logger.With("component", "kv"), time.Now)
+	var sweepCtx context.Context
+	sweepCtx, n.stopSweep = context.WithCancel(context.Background())
+	go n.kv.RunExpirySweeper(sweepCtx)
+	var watchCtx context.Context
+	watchCtx, n.stopWatch = context.WithCancel(context.Background())
+
+	n.mc = mcserver.New(mcserver.Config{
+		Name:           cfg.Name,
+		MemberName:     func(id kv.NodeID) string { m, _ := n.Member(id); return m.Name },
+		MaxItemSize:    int(cfg.MaxItemSize),
+		MaxConnections: cfg.MaxConnections,
+	}, n.kv, logger.With("component", "memcache"))
+	if n.mcLn, err = net.Listen("tcp", cfg.MemcacheAddr); err != nil {
+		return nil, fmt.Errorf("listen memcache on %s: %w", cfg.MemcacheAddr, err)
+	}
+	if n.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		_ = n.mcLn.Close()
+		return nil, fmt.Errorf("listen http on %s: %w", cfg.HTTPAddr, err)
+	}
+	n.adv = advertised{
+		peer:     advertise(cfg.AdvertisePeerAddr, cfg.PeerAddr),
+		http:     advertise(cfg.AdvertiseHTTPAddr, n.httpLn.Addr().String()),
+		memcache: advertise(cfg.AdvertiseMemcacheAddr, n.mcLn.Addr().String()),
+	}
+	if len(ms.Members) > 0 && cfg.AdvertisePeerAddr == "" {
+		// A founding member is reached where --initial-cluster says.
+		for _, m := range ms.Members {
+			if m.ID == uint64(rcfg.ID) {
+				n.adv.peer = m.PeerAddr
+			}
+		}
+	}
+	// One metrics registry per node; its collectors read these counters at scrape time.
+	reg := metrics.New(metrics.Sources{Raft: n.rep, Store: n.state, Log: n.log, Memcache: n.mc.Stats(), LogSync: logSync,
+		Cluster: &metrics.ClusterSource{
+			Snapshots: n.rep.SnapshotStats,
+			Peers:     n.peerStats,
+			PeerName:  func(id uint64) string { m, _ := n.Member(kv.NodeID(id)); return m.Name },
+		}})
+	var handler http.Handler = httpapi.New(n.kv, logger.With("component", "http"), httpapi.Options{
+		Self:      httpapi.MemberInfo{Name: cfg.Name, PeerAddr: n.adv.peer, HTTPAddr: n.adv.http, MemcacheAddr: n.adv.memcache},
+		Directory: n,
+		Admin:     n,
+		Metrics:   reg,
+	})
+	if cfg.EnablePprof {
+		handler = withPprof(handler)
+	}
+	n.http = &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	n.watchDone = make(chan struct{})
+	go func() {
+		defer close(n.watchDone)
+		n.watchMembers(watchCtx)
+	}()
+	go func() { n.serveErr <- n.mc.Serve(n.mcLn) }()
+	go func() {
+		if err := n.http.Serve(n.httpLn); !errors.Is(err, http.ErrServerClosed) {
+			n.serveErr <- fmt.Errorf("http server: %w", err)
+		}
+	}()
+	logger.Info("kvd node started", "name", cfg.Name, "id", fmt.Sprintf("%x", rcfg.ID),
+		"memcache", n.mcLn.Addr().String(), "http", n.httpLn.Addr().String(), "data_dir", cfg.DataDir,
+		"applied", n.state.AppliedIndex())
+	return n, nil
+}
+
+// MemcacheAddr is the bound memcache address (useful with port 0).
+func (n *Node) MemcacheAddr() string { return n.mcLn.Addr().String() }
+
+// HTTPAddr is the bound HTTP address.
+func (n *Node) HTTPAddr() string { return n.httpLn.Addr().String() }
+
+// KV exposes the service (for the HTTP API and tests).
+func (n *Node) KV() *kv.Service { return n.kv }
+
+// Run blocks until ctx ends (then shuts down gracefully) or the node fails.
+func (n *Node) Run(ctx context.Context) error {
+	var cause error
+	select {
+	case <-ctx.Done():
+		n.logger.Info("shutting down", "reason", context.Cause(ctx))
+	case <-n.rep.Done():
+		cause = fmt.Errorf("replica stopped: %w", n.rep.Err())
+	case err := <-n.serveErr:
+		cause = err
+	case <-n.removed:
+		cause = fmt.Errorf("%w: shutting down (wipe its data dir to join again)", replica.ErrRemoved)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), n.cfg.ShutdownTimeout)
+	defer cancel()
+	return errors.Join(cause, n.Shutdown(sctx))
+}
+
+// Shutdown stops accepting, lets in-flight requests finish (bounded by ctx),
+// then stops raft and closes both stores cleanly.
+func (n *Node) Shutdown(ctx context.Context) error {
+	var errs []error
+	if err := n.mc.Shutdown(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("memcache shutdown: %w", err))
+	}
+	if err := n.http.Shutdown(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+	}
+	n.stopSweep()
+	n.stopWatch()
+	<-n.watchDone // it reads the stores closed below
+	n.handOffLeadership(ctx)
+	n.rep.Stop()
+	if err := n.rep.Err(); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, n.closeStores())
+	return errors.Join(errs...)
+}
+
+// handOffLeadership moves leadership to another voter before a leader stops,
+// so the cluster does not wait out an election timeout to find it gone.
+func (n *Node) handOffLeadership(ctx context.Context) {
+	st := n.rep.Status()
+	if st.Role != "leader" || len(st.Voters) < 2 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*n.cfg.ElectionTimeout)
+	defer cancel()
+	start := time.Now()
+	to, err := n.rep.TransferLeadership(ctx, 0)
+	if err != nil {
+		n.logger.Warn("leadership transfer before shutdown failed; the others will elect a leader", "err", err)
+		return
+	}
+	n.logger.Info("transferred leadership before shutdown", "to", fmt.Sprintf("%x", to), "took", time.Since(start))
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+func (n *Node) closeStores() error {
+	var errs []error
+	if n.rep != nil {
+		n.rep.Stop()
+	}
+	n.peerMu.Lock()
+	if n.peers != nil {
+		errs = append(errs, n.peers.Close())
+		n.peers = nil
+	}
+	n.peerMu.Unlock()
+	if n.state != nil {
+		errs = append(errs, n.state.Close())
+		n.state = nil
+	}
+	if n.log != nil {
+		errs = append(errs, n.log.Close())
+		n.log = nil
+	}
+	return errors.Join(errs...)
+}
+
+// fsmAdapter presents the state machine in the replica's vocabulary.
+type fsmAdapter struct {
+	f *fsm.FSM
+	// dataDir is where the transport stages received snapshots.
+	dataDir string
+}
+
+func (a fsmAdapter) Apply(ents []replica.Entry) ([]replica.Applied, error) {
+	in := make([]fsm.Entry, len(ents))
+	for i, e := range ents {
+		in[i] = fsm.Entry{Index: e.Index, Data: e.Data}
+		if e.Conf != nil {
+			in[i].Member = memberChange(e.Conf)
+		}
+	}
+	res, err := a.f.Apply(in)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]replica.Applied, 0, len(res))
+	for _, r := range res {
+		if r.ReqID != 0 {
+			out = append(out, replica.Applied{ReqID: r.ReqID, Result: r})
+		}
+	}
+	return out, nil
+}
+
+func (a fsmAdapter) AppliedIndex() uint64  { return a.f.AppliedIndex() }
+func (a fsmAdapter) Sync() (uint64, error) { return a.f.Sync() }
+
+// InstallSnapshot installs the state the transport received for a MsgSnap.
+func (a fsmAdapter) InstallSnapshot(ref []byte, index uint64) error {
+	dir, err := transport.IncomingSnapshotDir(a.dataDir, ref)
+	if err != nil {
+		return err
+	}
+	return a.f.InstallSnapshot(dir, index)
+}
+
+// withPprof serves Go's profiler under /debug/pprof/ in front of h; opt-in
+// (--enable-pprof) because profiles reveal internals. Only that prefix is
+// routed to pprof: every other path reaches h untouched (a ServeMux in front
+// would clean and redirect keys such as "a//b").
+func withPprof(h http.Handler) http.Handler {
+	prof := http.NewServeMux()
+	prof.HandleFunc("/debug/pprof/", pprof.Index)
+	prof.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	prof.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	prof.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	prof.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/debug/pprof/") {
+			prof.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,298 @@
+package raftlog
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// ErrCorrupt is wrapped by every error reporting on-disk data that violates
+// the log's invariants (a missing or undecodable entry, a gap, a bad key).
+var ErrCorrupt = errors.New("corrupt log data")
+
+// ErrClosed is returned by every method called after Close.
+var ErrClosed = errors.New("raftlog: log is closed")
+
+// Log is the durable Raft log. It implements raft.Storage.
+type Log struct {
+	db     *pebble.DB
+	logger *slog.Logger
+
+	// mu guards everything below. Writers hold it across the Pebble commit
+	// so that readers always see memory and disk agree.
+	mu     sync.Mutex
+	closed bool
+	// hardState is the last saved HardState; never nil.
+	hardState *pb.HardState
+	// compaction is the compaction point: Index and Term of the last
+	// discarded entry (0, 0 for a log that never compacted) and the ConfState
+	// as of Index; never nil, ConfState never nil. FirstIndex is Index+1.
+	compaction *pb.SnapshotMetadata
+	// lastIndex is the index of the last entry, compaction.Index when the
+	// log holds no entries.
+	lastIndex uint64
+	// empty is true until something is written to a fresh log.
+	empty bool
+	cache *tailCache
+	// observeSync is Options.ObserveSync (may be nil).
+	observeSync func(time.Duration)
+	stats       struct {
+		syncCount      uint64
+		syncDuration   time.Duration
+		entryDiskReads uint64
+	}
+}
+
+var _ raft.Storage = (*Log)(nil)
+
+// InitialState implements raft.Storage. It returns the saved HardState (an
+// empty one if none was saved) and the ConfState of the compaction point.
+//
+// If the saved commit index is below the compaction point (a crash between
+// ApplySnapshot and the Save of the HardState that follows it), the commit
+// index returned is the compaction index: a snapshot only ever covers
+// committed entries, and raft refuses a commit index below its snapshot.
+func (l *Log) InitialState() (*pb.HardState, *pb.ConfState, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, nil, ErrClosed
+	}
+	hs := proto.Clone(l.hardState).(*pb.HardState)
+	if !isEmptyHardState(hs) && hs.GetCommit() < l.compaction.GetIndex() {
+		hs.Commit = new(l.compaction.GetIndex())
+	}
+	cs := proto.Clone(l.compaction.GetConfState()).(*pb.ConfState)
+	return hs, cs, nil
+}
+
+// Entries implements raft.Storage: the entries [lo, hi), at least one if
+// any, and no more than fit in maxSize bytes of proto encoding. It returns
+// raft.ErrCompacted if lo < FirstIndex and raft.ErrUnavailable if the log
+// holds no entries or hi > LastIndex+1. The returned slice is freshly
+// allocated: the caller may append to it, but must not mutate the entries.
+func (l *Log) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, ErrClosed
+	}
+	first := l.firstIndex()
+	if lo < first {
+		return nil, raft.ErrCompacted
+	}
+	if l.lastIndex < first || hi > l.lastIndex+1 {
+		return nil, raft.ErrUnavailable
+	}
+	if lo > hi {
+		return nil, fmt.Errorf("raftlog: entries [%d, %d): lo > hi", lo, hi)
+	}
+	out := make([]*pb.Entry, 0, min(hi-lo, 256))
+	var size uint64
+	// add reports whether e was taken; it refuses an entry that would make
+	// the total exceed maxSize, except the first.
+	add := func(e *pb.Entry, n int) bool {
+		if len(out) > 0 && size+uint64(n) > maxSize {
+			return false
+		}
+		out = append(out, e)
+		size += uint64(n)
+		return true
+	}
+	next := lo
+	if cacheFirst := l.cache.firstIndex(); l.cache.len() == 0 || next < cacheFirst {
+		end := hi
+		if l.cache.len() > 0 {
+			end = min(hi, cacheFirst)
+		}
+		var full bool
+		var err error
+		next, full, err = l.readEntries(next, end, add)
+		if err != nil {
+			return nil, fmt.Errorf("raftlog: entries [%d, %d): %w", lo, hi, err)
+		}
+		if full {
+			return out, nil
+		}
+	}
+	for ; next < hi; next++ {
+		ce, ok := l.cache.get(next)
+		if !ok {
+			return nil, fmt.Errorf("raftlog: entries [%d, %d): entry %d missing from the tail cache", lo, hi, next)
+		}
+		if !add(ce.e, ce.size) {
+			break
+		}
+	}
+	return out, nil
+}
+
+// Term implements raft.Storage. Term(FirstIndex()-1) answers the term of the
+// compaction point; older indexes give raft.ErrCompacted, indexes beyond
+// LastIndex raft.ErrUnavailable.
+func (l *Log) Term(i uint64) (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return 0, ErrClosed
+	}
+	return l.term(i)
+}
+
+// term is Term with l.mu held.
+func (l *Log) term(i uint64) (uint64, error) {
+	switch c := l.compaction.GetIndex(); {
+	case i < c:
+		return 0, raft.ErrCompacted
+	case i == c:
+		return l.compaction.GetTerm(), nil
+	case i > l.lastIndex:
+		return 0, raft.ErrUnavailable
+	}
+	if ce, ok := l.cache.get(i); ok {
+		return ce.e.GetTerm(), nil
+	}
+	e, err := l.readEntry(i)
+	if err != nil {
+		return 0, fmt.Errorf("raftlog: term %d: %w", i, err)
+	}
+	return e.GetTerm(), nil
+}
+
+// LastIndex implements raft.Storage.
+func (l *Log) LastIndex() (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return 0, ErrClosed
+	}
+	return l.lastIndex, nil
+}
+
+// FirstIndex implements raft.Storage. It is the compaction index + 1, also
+// when the log holds no entries (then FirstIndex == LastIndex+1).
+func (l *Log) FirstIndex() (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return 0, ErrClosed
+	}
+	return l.firstIndex(), nil
+}
+
+func (l *Log) firstIndex() uint64 { return l.compaction.GetIndex() + 1 }
+
+// Snapshot implements raft.Storage. It returns the metadata of the
+// compaction point (index, term, ConfState) with no Data: the state itself is
+// streamed out of band by the replica, which takes it from the state machine.
+func (l *Log) Snapshot() (*pb.Snapshot, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, ErrClosed
+	}
+	return &pb.Snapshot{Metadata: proto.Clone(l.compaction).(*pb.SnapshotMetadata)}, nil
+}
+
+// IsEmpty reports whether nothing was ever written to the log (a fresh data
+// directory): the caller then bootstraps it.
+func (l *Log) IsEmpty() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.empty
+}
+
+// Close closes the Pebble instance. Later calls return ErrClosed; closing
+// twice is not an error.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	l.cache.reset()
+	if err := l.db.Close(); err != nil {
+		return fmt.Errorf("raftlog: close: %w", err)
+	}
+	return nil
+}
+
+// readEntry reads the entry at index i from Pebble; l.mu held.
+func (l *Log) readEntry(i uint64) (*pb.Entry, error) {
+	v, closer, err := l.db.Get(entryKey(i))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, fmt.Errorf("%w: entry %d missing", ErrCorrupt, i)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read entry %d: %w", i, err)
+	}
+	defer closer.Close()
+	l.stats.entryDiskReads++
+	return decodeEntry(i, v)
+}
+
+// readEntries reads entries lo..end-1 from Pebble in order, passing each to
+// add until add refuses one. It returns the next index not taken and whether
+// add refused one. A missing entry is corruption: the caller checked the
+// range against the in-memory bounds. l.mu held.
+func (l *Log) readEntries(lo, end uint64, add func(*pb.Entry, int) bool) (next uint64, full bool, err error) {
+	next = lo
+	if lo >= end {
+		return next, false, nil
+	}
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: entryKey(lo), UpperBound: entryKey(end)})
+	if err != nil {
+		return next, false, fmt.Errorf("read entries: %w", err)
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		idx, err := parseEntryKey(it.Key())
+		if err != nil {
+			return next, false, err
+		}
+		if idx != next {
+			return next, false, fmt.Errorf("%w: entry %d missing", ErrCorrupt, next)
+		}
+		v := it.Value()
+		e, err := decodeEntry(idx, v)
+		if err != nil {
+			return next, false, err
+		}
+		l.stats.entryDiskReads++
+		if !add(e, len(v)) {
+			return next, true, nil
+		}
+		next++
+	}
+	if err := it.Error(); err != nil {
+		return next, false, fmt.Errorf("read entries: %w", err)
+	}
+	if next != end {
+		return next, false, fmt.Errorf("%w: entry %d missing", ErrCorrupt, next)
+	}
+	return next, false, nil
+}
+
+// decodeEntry decodes the value stored under the key of index i.
+func decodeEntry(i uint64, v []byte) (*pb.Entry, error) {
+	e := new(pb.Entry)
+	if err := proto.Unmarshal(v, e); err != nil {
+		return nil, fmt.Errorf("%w: entry %d: %v", ErrCorrupt, i, err)
+	}
+	if e.GetIndex() != i {
+		return nil, fmt.Errorf("%w: entry under key %d has index %d", ErrCorrupt, i, e.GetIndex())
+	}
+	return e, nil
+}
+
+func isEmptyHardState(hs *pb.HardState) bool {
+	return hs.GetTerm() == 0 && hs.GetVote() == 0 && hs.GetCommit() == 0
+}

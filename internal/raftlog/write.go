@@ -1,0 +1,298 @@
+package raftlog
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Save persists hs (unless empty) and ents in one Pebble batch committed
+// with fsync. ents must be contiguous and may start anywhere from
+// FirstIndex to LastIndex+1: a conflicting tail (indexes >= ents[0].Index)
+// is replaced and any old entries beyond the new last index are deleted.
+// Entries at or below the compaction index are skipped (they are already
+// part of the snapshot). Save keeps references to ents in its tail cache:
+// the caller must not mutate them afterwards (raft never does).
+func (l *Log) Save(hs *pb.HardState, ents []*pb.Entry) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return fmt.Errorf("raftlog: save: %w", ErrClosed)
+	}
+	ents, err := l.checkAppend(ents)
+	if err != nil {
+		return fmt.Errorf("raftlog: save entries: %w", err)
+	}
+	saveHardState := !isEmptyHardState(hs)
+	if !saveHardState && len(ents) == 0 {
+		return nil
+	}
+	newLast := l.lastIndex
+	if len(ents) > 0 {
+		newLast = ents[len(ents)-1].GetIndex()
+	}
+	commit := l.hardState.GetCommit()
+	if saveHardState {
+		commit = hs.GetCommit()
+	}
+	if commit > newLast {
+		// Raft never truncates committed entries nor commits beyond its log;
+		// refuse to write a log that Open would reject.
+		return fmt.Errorf("raftlog: save entries: commit index %d beyond the new last index %d", commit, newLast)
+	}
+
+	b := l.db.NewBatch()
+	defer b.Close()
+	cached := make([]cachedEntry, len(ents))
+	if len(ents) > 0 {
+		for k, e := range ents {
+			v, err := proto.Marshal(e)
+			if err != nil {
+				return fmt.Errorf("raftlog: save entries: encode entry %d: %w", e.GetIndex(), err)
+			}
+			if err := b.Set(entryKey(e.GetIndex()), v, nil); err != nil {
+				return fmt.Errorf("raftlog: save entries: %w", err)
+			}
+			cached[k] = cachedEntry{e: e, size: len(v)}
+		}
+		if newLast < l.lastIndex {
+			if err := b.DeleteRange(entryKey(newLast+1), entryKey(l.lastIndex+1), nil); err != nil {
+				return fmt.Errorf("raftlog: save entries: %w", err)
+			}
+		}
+	}
+	if saveHardState {
+		v, err := proto.Marshal(hs)
+		if err != nil {
+			return fmt.Errorf("raftlog: save hard state: encode: %w", err)
+		}
+		if err := b.Set(keyHardState, v, nil); err != nil {
+			return fmt.Errorf("raftlog: save hard state: %w", err)
+		}
+	}
+	if err := l.commit(b); err != nil {
+		return fmt.Errorf("raftlog: save entries: %w", err)
+	}
+
+	if len(ents) > 0 {
+		l.cache.append(cached)
+		l.lastIndex = newLast
+	}
+	if saveHardState {
+		l.hardState = proto.Clone(hs).(*pb.HardState)
+	}
+	l.empty = false
+	return nil
+}
+
+// checkAppend validates entries about to be saved and returns the part of
+// them beyond the compaction index. l.mu held.
+func (l *Log) checkAppend(ents []*pb.Entry) ([]*pb.Entry, error) {
+	if len(ents) == 0 {
+		return nil, nil
+	}
+	start := ents[0].GetIndex()
+	for k, e := range ents {
+		if e == nil {
+			return nil, fmt.Errorf("nil entry at position %d", k)
+		}
+		if e.GetIndex() != start+uint64(k) {
+			return nil, fmt.Errorf("entries not contiguous: index %d at position %d after %d", e.GetIndex(), k, start)
+		}
+		if k > 0 && e.GetTerm() < ents[k-1].GetTerm() {
+			return nil, fmt.Errorf("entry %d has term %d, below the term %d of entry %d",
+				e.GetIndex(), e.GetTerm(), ents[k-1].GetTerm(), e.GetIndex()-1)
+		}
+	}
+	if start > l.lastIndex+1 {
+		return nil, fmt.Errorf("gap: first new entry %d, last index %d", start, l.lastIndex)
+	}
+	first := l.firstIndex()
+	if start+uint64(len(ents))-1 < first {
+		return nil, nil
+	}
+	if start < first {
+		ents = ents[first-start:]
+		start = first
+	}
+	prevTerm, err := l.term(start - 1)
+	if err != nil {
+		return nil, fmt.Errorf("term of entry %d: %w", start-1, err)
+	}
+	if t := ents[0].GetTerm(); t < prevTerm {
+		return nil, fmt.Errorf("entry %d has term %d, below the term %d of entry %d", start, t, prevTerm, start-1)
+	}
+	return ents, nil
+}
+
+// Compact discards the entries up to and including index, which the state
+// machine has durably applied and captured: afterwards FirstIndex is
+// index+1 and Term(index) still answers. cs is the configuration as of index;
+// nil keeps the one recorded at the previous compaction point. Compacting at
+// or below the current compaction point returns an error wrapping
+// raft.ErrCompacted; index must be at most LastIndex and at most the saved
+// commit index. Synced.
+//
+// The caller must never compact past the state store's durably synced
+// applied index (DESIGN decision 2).
+func (l *Log) Compact(index uint64, cs *pb.ConfState) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return fmt.Errorf("raftlog: compact: %w", ErrClosed)
+	}
+	if index <= l.compaction.GetIndex() {
+		return fmt.Errorf("raftlog: compact to %d (compaction index %d): %w", index, l.compaction.GetIndex(), raft.ErrCompacted)
+	}
+	if index > l.lastIndex {
+		return fmt.Errorf("raftlog: compact to %d beyond last index %d: %w", index, l.lastIndex, raft.ErrUnavailable)
+	}
+	if c := l.hardState.GetCommit(); index > c {
+		// Only applied, hence committed, entries may go; the Ready loop saves
+		// the commit index before applying, so this never refuses a legal call.
+		return fmt.Errorf("raftlog: compact to %d beyond the saved commit index %d", index, c)
+	}
+	term, err := l.term(index)
+	if err != nil {
+		return fmt.Errorf("raftlog: compact to %d: %w", index, err)
+	}
+	if cs == nil {
+		cs = l.compaction.GetConfState()
+	}
+	meta := &pb.SnapshotMetadata{
+		Index:     new(index),
+		Term:      new(term),
+		ConfState: pb.EnsureConfState(cloneConfState(cs)),
+	}
+	b := l.db.NewBatch()
+	defer b.Close()
+	if err := b.DeleteRange(entryKey(l.firstIndex()), entryKey(index+1), nil); err != nil {
+		return fmt.Errorf("raftlog: compact to %d: %w", index, err)
+	}
+	if err := setProto(b, keyCompaction, meta); err != nil {
+		return fmt.Errorf("raftlog: compact to %d: %w", index, err)
+	}
+	if err := l.commit(b); err != nil {
+		return fmt.Errorf("raftlog: compact to %d: %w", index, err)
+	}
+	l.compaction = meta
+	l.cache.dropThrough(index)
+	return nil
+}
+
+// ApplySnapshot records a snapshot received from the leader: every entry is
+// deleted and the compaction point becomes meta's index, term and ConfState,
+// so the log is empty with FirstIndex == meta.Index+1. The HardState is left
+// alone: the caller saves it next (if it crashes first, InitialState raises
+// the commit index to the snapshot index). A snapshot at or below the current
+// compaction point returns an error wrapping raft.ErrSnapOutOfDate; the
+// initial configuration of a new log is written by Bootstrap, not by an
+// index-0 snapshot. Synced.
+func (l *Log) ApplySnapshot(meta *pb.SnapshotMetadata) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return fmt.Errorf("raftlog: apply snapshot: %w", ErrClosed)
+	}
+	if meta == nil {
+		return errors.New("raftlog: apply snapshot: nil metadata")
+	}
+	if meta.GetIndex() <= l.compaction.GetIndex() {
+		return fmt.Errorf("raftlog: apply snapshot at %d (compaction index %d): %w",
+			meta.GetIndex(), l.compaction.GetIndex(), raft.ErrSnapOutOfDate)
+	}
+	if c := l.hardState.GetCommit(); meta.GetIndex() < c {
+		return fmt.Errorf("raftlog: apply snapshot at %d below the saved commit index %d: %w",
+			meta.GetIndex(), c, raft.ErrSnapOutOfDate)
+	}
+	m := &pb.SnapshotMetadata{
+		Index:     new(meta.GetIndex()),
+		Term:      new(meta.GetTerm()),
+		ConfState: pb.EnsureConfState(cloneConfState(meta.GetConfState())),
+	}
+	b := l.db.NewBatch()
+	defer b.Close()
+	if err := b.DeleteRange(entryKeysStart, entryKeysEnd, nil); err != nil {
+		return fmt.Errorf("raftlog: apply snapshot at %d: %w", m.GetIndex(), err)
+	}
+	if err := setProto(b, keyCompaction, m); err != nil {
+		return fmt.Errorf("raftlog: apply snapshot at %d: %w", m.GetIndex(), err)
+	}
+	if err := l.commit(b); err != nil {
+		return fmt.Errorf("raftlog: apply snapshot at %d: %w", m.GetIndex(), err)
+	}
+	l.compaction = m
+	l.lastIndex = m.GetIndex()
+	l.cache.reset()
+	l.empty = false
+	return nil
+}
+
+// Bootstrap records cs, the initial configuration of a brand-new group, as
+// the ConfState of compaction point 0. It fails unless IsEmpty. Synced.
+func (l *Log) Bootstrap(cs *pb.ConfState) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return fmt.Errorf("raftlog: bootstrap: %w", ErrClosed)
+	}
+	if cs == nil {
+		return errors.New("raftlog: bootstrap: nil conf state")
+	}
+	if !l.empty {
+		return errors.New("raftlog: bootstrap: log is not empty")
+	}
+	m := &pb.SnapshotMetadata{
+		Index:     new(uint64(0)),
+		Term:      new(uint64(0)),
+		ConfState: pb.EnsureConfState(cloneConfState(cs)),
+	}
+	b := l.db.NewBatch()
+	defer b.Close()
+	if err := setProto(b, keyCompaction, m); err != nil {
+		return fmt.Errorf("raftlog: bootstrap: %w", err)
+	}
+	if err := l.commit(b); err != nil {
+		return fmt.Errorf("raftlog: bootstrap: %w", err)
+	}
+	l.compaction = m
+	l.empty = false
+	return nil
+}
+
+// commit commits b with fsync and accounts for it. l.mu held.
+func (l *Log) commit(b *pebble.Batch) error {
+	start := time.Now()
+	err := b.Commit(pebble.Sync)
+	d := time.Since(start)
+	l.stats.syncCount++
+	l.stats.syncDuration += d
+	if l.observeSync != nil {
+		l.observeSync(d)
+	}
+	if err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+func setProto(b *pebble.Batch, key []byte, m proto.Message) error {
+	v, err := proto.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode %q: %w", key, err)
+	}
+	return b.Set(key, v, nil)
+}
+
+// cloneConfState deep-copies cs; nil gives an empty ConfState.
+func cloneConfState(cs *pb.ConfState) *pb.ConfState {
+	if cs == nil {
+		return new(pb.ConfState)
+	}
+	return proto.Clone(cs).(*pb.ConfState)
+}

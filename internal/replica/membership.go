@@ -1,0 +1,295 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+	"google.golang.org/protobuf/proto"
+)
+
+// ConfChangeType is what a configuration change does to one member.
+type ConfChangeType int
+
+// Configuration changes kvd makes. A new member always enters as a learner
+// and is promoted by the leader once it has caught up, so adding a member
+// never makes the cluster wait on a node that has nothing yet.
+const (
+	AddLearner ConfChangeType = iota + 1
+	PromoteVoter
+	RemoveMember
+)
+
+// ConfChange is a committed configuration change as the state machine sees
+// it, with the proposer's context (kvd puts the member's name and address
+// there).
+type ConfChange struct {
+	Type    ConfChangeType
+	ID      NodeID
+	Context []byte
+}
+
+// Errors of membership operations.
+var (
+	ErrNotLeader     = errors.New("this node is not the leader")
+	ErrUnknownMember = errors.New("no such member")
+	ErrMemberExists  = errors.New("member already exists")
+	ErrQuorumAtRisk  = errors.New("the change would leave the cluster without a quorum of healthy voters")
+	ErrRemoved       = errors.New("this member was removed from the cluster")
+)
+
+// Progress is the leader's view of one member's replication.
+type Progress struct {
+	Match uint64
+	// Active: the member answered within the last election timeout.
+	Active  bool
+	Learner bool
+}
+
+// ErrConfChangeTimeout means the change was not applied in time; it may
+// still be (another configuration change may have been in progress).
+var ErrConfChangeTimeout = errors.New("configuration change not applied in time (another change may be in progress); it may still apply")
+
+// do runs f on the Ready loop, which owns the RawNode, and returns its error.
+func (r *Replica) do(ctx context.Context, f func() error) error {
+	errc := make(chan error, 1)
+	select {
+	case r.adminc <- func() { errc <- f() }:
+	case <-ctx.Done():
+		return ErrTimeout
+	case <-r.done:
+		return ErrStopped
+	}
+	select {
+	case err := <-errc:
+		return err
+	case <-r.done:
+		return ErrStopped
+	}
+}
+
+// ChangeMember proposes a configuration change and waits until it is
+// applied on this node. Only the leader accepts one: it alone knows whether
+// the change is safe. Removing a voter is refused with ErrQuorumAtRisk when
+// the voters left that the leader hears from would be fewer than their
+// quorum, unless force is set.
+func (r *Replica) ChangeMember(ctx context.Context, reqID uint64, typ ConfChangeType, id NodeID, context []byte, force bool) error {
+	ch, ok := r.waits.register(reqID)
+	if !ok {
+		return fmt.Errorf("change member: duplicate request ID %x", reqID)
+	}
+	defer r.waits.cancel(reqID)
+	err := r.do(ctx, func() error {
+		if r.removed {
+			return ErrRemoved
+		}
+		st := r.rn.Status()
+		if st.RaftState != raft.StateLeader {
+			return ErrNotLeader
+		}
+		voters, learners := r.confState.GetVoters(), r.confState.GetLearners()
+		isVoter, isLearner := slices.Contains(voters, uint64(id)), slices.Contains(learners, uint64(id))
+		cc := &pb.ConfChange{Id: new(reqID), NodeId: new(uint64(id)), Context: context}
+		switch typ {
+		case AddLearner:
+			if isVoter || isLearner {
+				return ErrMemberExists
+			}
+			cc.Type = new(pb.ConfChangeAddLearnerNode)
+		case PromoteVoter:
+			if !isLearner {
+				return ErrUnknownMember
+			}
+			cc.Type = new(pb.ConfChangeAddNode)
+		case RemoveMember:
+			if !isVoter && !isLearner {
+				return ErrUnknownMember
+			}
+			if isVoter && !force {
+				if err := removalSafe(st, voters, uint64(id)); err != nil {
+					return err
+				}
+			}
+			cc.Type = new(pb.ConfChangeRemoveNode)
+		default:
+			return fmt.Errorf("change member: unknown change %d", typ)
+		}
+		return r.rn.ProposeConfChange(cc)
+	})
+	if err != nil {
+		return err
+	}
+	select {
+	case o := <-ch:
+		return o.Err
+	case <-ctx.Done():
+		return ErrConfChangeTimeout
+	case <-r.done:
+		return ErrStopped
+	}
+}
+
+// removalSafe checks that after removing id the voters the leader hears from
+// still form a quorum of the remaining voters.
+func removalSafe(st raft.Status, voters []uint64, id uint64) error {
+	left := 0
+	healthy := 0
+	for _, v := range voters {
+		if v == id {
+			continue
+		}
+		left++
+		if pr, ok := st.Progress[v]; v == st.ID || (ok && pr.RecentActive) {
+			healthy++
+		}
+	}
+	if left == 0 {
+		return fmt.Errorf("%w: it is the last voter", ErrQuorumAtRisk)
+	}
+	if healthy < left/2+1 {
+		return fmt.Errorf("%w: %d of the %d voters left are reachable, %d needed", ErrQuorumAtRisk, healthy, left, left/2+1)
+	}
+	return nil
+}
+
+// TransferLeadership asks the leader to hand leadership to to (0: the most
+// caught-up voter) and waits until this node sees a leader other than the
+// one it started with, or ctx ends. It returns the new leader. On a
+// follower, raft forwards the request to the leader.
+func (r *Replica) TransferLeadership(ctx context.Context, to NodeID) (NodeID, error) {
+	var from NodeID
+	err := r.do(ctx, func() error {
+		st := r.rn.Status()
+		from = NodeID(st.Lead)
+		if from == 0 {
+			return ErrNoLeader
+		}
+		voters := r.confState.GetVoters()
+		if to == 0 {
+			if st.RaftState != raft.StateLeader {
+				return fmt.Errorf("%w: name the member to transfer to", ErrNotLeader)
+			}
+			to = NodeID(bestSuccessor(st, voters))
+			if to == 0 {
+				return errors.New("transfer leadership: no other voter to transfer to")
+			}
+		}
+		if !slices.Contains(voters, uint64(to)) {
+			return fmt.Errorf("transfer leadership to %x: %w (or not a voter)", to, ErrUnknownMember)
+		}
+		if to == from {
+			return nil
+		}
+		r.rn.TransferLeader(uint64(to))
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if to == from {
+		return to, nil
+	}
+	tick := time.NewTicker(r.cfg.TickInterval / 4)
+	defer tick.Stop()
+	for {
+		if l := r.Status().Leader; l != 0 && l != from {
+			return l, nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return 0, fmt.Errorf("transfer leadership to %x: %w", to, ErrTimeout)
+		case <-r.done:
+			return 0, ErrStopped
+		}
+	}
+}
+
+// bestSuccessor is the voter, other than the leader, with the most of the
+// log, among those the leader hears from.
+func bestSuccessor(st raft.Status, voters []uint64) uint64 {
+	var best uint64
+	var bestMatch uint64
+	for _, v := range voters {
+		pr, ok := st.Progress[v]
+		if v == st.ID || !ok || !pr.RecentActive {
+			continue
+		}
+		if best == 0 || pr.Match > bestMatch {
+			best, bestMatch = v, pr.Match
+		}
+	}
+	return best
+}
+
+// Progress returns the leader's view of every member (nil on a follower),
+// as of the last tick.
+func (r *Replica) Progress() map[NodeID]Progress {
+	p := r.progress.Load()
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// onTick runs on the Ready loop every tick: it refreshes the published
+// progress and promotes learners that have caught up.
+func (r *Replica) onTick() {
+	r.ticks++
+	if r.rn.BasicStatus().RaftState != raft.StateLeader {
+		if r.progress.Load() != nil {
+			r.progress.Store(nil)
+		}
+		return
+	}
+	// Status copies every peer's progress: once per tick, not per Ready.
+	st := r.rn.Status()
+	out := make(map[NodeID]Progress, len(st.Progress))
+	for id, pr := range st.Progress {
+		out[NodeID(id)] = Progress{Match: pr.Match, Active: id == st.ID || pr.RecentActive, Learner: pr.IsLearner}
+	}
+	r.progress.Store(&out)
+	for id, pr := range st.Progress {
+		if pr.IsLearner && caughtUp(pr, st.GetCommit()) && r.ticks >= r.promoteAfter[id] {
+			// One attempt per election timeout: raft refuses a second
+			// configuration change while one is pending.
+			if r.promoteAfter == nil {
+				r.promoteAfter = map[uint64]uint64{}
+			}
+			r.promoteAfter[id] = r.ticks + uint64(r.cfg.ElectionTicks)
+			cc := &pb.ConfChange{Type: new(pb.ConfChangeAddNode), NodeId: new(id)}
+			if err := r.rn.ProposeConfChange(cc); err != nil {
+				r.logger.Warn("promote learner", "id", fmt.Sprintf("%x", id), "err", err)
+			} else {
+				r.logger.Info("promoting caught-up learner to voter", "id", fmt.Sprintf("%x", id), "match", pr.Match, "commit", st.GetCommit())
+			}
+		}
+	}
+}
+
+// caughtUp: the learner is replicating and within a small window of the
+// commit index, so making it a voter cannot stall commits while it copies.
+func caughtUp(pr tracker.Progress, commit uint64) bool {
+	return pr.RecentActive && pr.State == tracker.StateReplicate && pr.Match+100 >= commit
+}
+
+// confChangeFromEntry decodes a configuration change entry.
+func confChangeFromEntry(e *pb.Entry) (pb.ConfChangeI, error) {
+	if e.GetType() == pb.EntryConfChange {
+		var c pb.ConfChange
+		if err := proto.Unmarshal(e.GetData(), &c); err != nil {
+			return nil, err
+		}
+		return &c, nil
+	}
+	var c pb.ConfChangeV2
+	if err := proto.Unmarshal(e.GetData(), &c); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}

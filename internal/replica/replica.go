@@ -1,0 +1,748 @@
+// Package replica owns kvd's consensus: it is the only package that imports
+// the raft algorithm (go.etcd.io/raft/v3). One goroutine, the Ready loop, owns
+// the raft.RawNode and follows the contract of raft's README for every Ready:
+//
+//  1. persist: entries and HardState to the raft log, fsynced, in one batch;
+//  2. send: messages to peers (only after step 1, so nothing we vote for or
+//     acknowledge can be forgotten by a crash);
+//  3. apply: committed entries to the state machine in log order, then wake
+//     the proposer waiting on each entry's request ID and any linearizable
+//     reads whose read index is now applied;
+//  4. advance.
+//
+// Any error on the persistence path stops the node (Err reports it): a node
+// that cannot write its log must not keep acknowledging anything.
+//
+// Callers (the kv service) use Propose and ReadBarrier from any goroutine.
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// NodeID identifies a member of the raft group. It is never an address.
+type NodeID uint64
+
+// Errors a proposer or reader can see. ErrUnknownOutcome is the honest answer
+// for a write whose fate the node cannot know: it may have been applied.
+var (
+	ErrStopped        = errors.New("node is stopping")
+	ErrNoLeader       = errors.New("no leader: the cluster has no quorum")
+	ErrBusy           = errors.New("too many requests in flight")
+	ErrTimeout        = errors.New("request timed out")
+	ErrUnknownOutcome = errors.New("outcome unknown: the write may have been applied")
+	errReadRetry      = errors.New("read index request lost; retry")
+)
+
+// LogStore is the durable raft log the replica persists to (raftlog.Log).
+type LogStore interface {
+	raft.Storage
+	// Save persists hs (if not empty) and ents in one fsynced batch.
+	Save(hs *pb.HardState, ents []*pb.Entry) error
+	// Compact discards entries up to index; cs is the configuration as of index.
+	Compact(index uint64, cs *pb.ConfState) error
+	// Bootstrap stores the first configuration of a brand-new group.
+	Bootstrap(cs *pb.ConfState) error
+	IsEmpty() bool
+}
+
+// Entry is a committed entry as the state machine sees it (Data nil for raft's
+// own entries, which only advance the applied index).
+type Entry struct {
+	Index uint64
+	Data  []byte
+	// Conf is set for a configuration change (Data is then nil).
+	Conf *ConfChange
+}
+
+// Applied is one applied entry's result, addressed to the request that
+// proposed it (ReqID 0 when none did).
+type Applied struct {
+	ReqID  uint64
+	Result any
+}
+
+// StateMachine is what the replica applies to (fsm.FSM via an adapter).
+type StateMachine interface {
+	// Apply applies ents in order, skipping those at or below AppliedIndex.
+	Apply(ents []Entry) ([]Applied, error)
+	AppliedIndex() uint64
+	// Sync makes the applied state durable and returns the index it covers.
+	Sync() (uint64, error)
+	// InstallSnapshot replaces the whole state with the one a snapshot
+	// brought; ref is the snapshot's Data (the transport's reference to the
+	// received files). A received state applied below index is refused
+	// before the current state is touched. Afterwards AppliedIndex is the
+	// installed state's.
+	InstallSnapshot(ref []byte, index uint64) error
+}
+
+// Transport delivers raft messages to peers. Send must not block on the
+// network: it queues, and drops (reporting the peer unreachable) when full.
+type Transport interface {
+	Send(msgs []*pb.Message)
+}
+
+// Config configures a replica. Durations and counts are documented with
+// their defaults in config.Raft; Default fills the zero fields.
+type Config struct {
+	ID NodeID
+	// Peers are the initial voters; used only when the log is empty.
+	Peers []NodeID
+	// TickInterval is one raft tick (heartbeat granularity).
+	TickInterval time.Duration
+	// ElectionTicks and HeartbeatTicks are in ticks.
+	ElectionTicks, HeartbeatTicks int
+	// LeaseReads serves ReadBarrier from the leader's lease (CheckQuorum)
+	// instead of a heartbeat round.
+	LeaseReads bool
+	// CompactEvery is how many applied entries pass between log compactions;
+	// CompactKeep entries behind the applied index are kept for slow followers.
+	CompactEvery, CompactKeep uint64
+	// MaxPending bounds proposals waiting for their entry (ErrBusy beyond).
+	MaxPending int
+	// MaxUncommittedBytes bounds the leader's uncommitted log tail.
+	MaxUncommittedBytes uint64
+}
+
+// WithDefaults returns c with zero fields set to kvd's defaults.
+func (c Config) WithDefaults() Config {
+	if c.TickInterval == 0 {
+		c.TickInterval = 100 * time.Millisecond
+	}
+	if c.ElectionTicks == 0 {
+		c.ElectionTicks = 10
+	}
+	if c.HeartbeatTicks == 0 {
+		c.HeartbeatTicks = 1
+	}
+	if c.CompactEvery == 0 {
+		c.CompactEvery = 10000
+	}
+	if c.CompactKeep == 0 {
+		c.CompactKeep = 5000
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = 16384
+	}
+	if c.MaxUncommittedBytes == 0 {
+		c.MaxUncommittedBytes = 256 << 20
+	}
+	return c
+}
+
+// Status is a snapshot of the node's raft state for health checks and metrics.
+type Status struct {
+	ID       NodeID
+	Leader   NodeID
+	Term     uint64
+	Role     string // leader, follower, candidate, pre-candidate
+	Commit   uint64
+	Applied  uint64
+	Voters   []NodeID
+	Learners []NodeID
+	// Ready: the log is replayed, a leader is known, and this node has applied
+	// what was committed when it started (DESIGN decision 7).
+	Ready bool
+	// LeaderChanges counts leader changes this node has seen.
+	LeaderChanges uint64
+	// Pending is the number of proposals waiting for their entry.
+	Pending int
+	// Removed: this member was removed from the cluster and serves nothing.
+	Removed bool
+	// ProposalsApplied and ProposalsFailed count this node's proposals by
+	// outcome since it started.
+	ProposalsApplied, ProposalsFailed uint64
+}
+
+// report is a transport's word about a peer, handed to raft in the loop.
+type report struct {
+	id       uint64
+	snapshot bool // a snapshot send finished (failed says how)
+	failed   bool
+}
+
+type proposal struct {
+	reqID uint64
+	data  []byte
+}
+
+// Replica runs one raft member.
+type Replica struct {
+	cfg    Config
+	logger *slog.Logger
+	log    LogStore
+	sm     StateMachine
+	tr     Transport
+	rn     *raft.RawNode
+
+	propc   chan proposal
+	recvc   chan *pb.Message
+	reportc chan report
+	readc   chan struct{} // wake-up: readers joined the open batch
+	adminc  chan func()   // membership and leadership operations, run on the loop
+	stopc   chan struct{}
+	done    chan struct{}
+
+	waits *waitRegistry
+	reads *readBatcher
+
+	status atomic.Pointer[Status]
+	errMu  sync.Mutex
+	err    error
+
+	// Ready-loop state.
+	confState        *pb.ConfState
+	lastConfChange   uint64
+	lastCompact      uint64
+	startCommit      uint64
+	readyCommit      uint64 // the leader's commit index, learned by readyProbe; 0 until known
+	readyProbeTick   uint64 // tick of the last probe; 0: none in flight
+	ready            bool
+	leader           uint64
+	leaderChanges    uint64
+	stopOnce         sync.Once
+	pendingProposals atomic.Int64
+	// Proposals made on this node that were applied, and that failed (refused,
+	// dropped, timed out or of unknown outcome).
+	proposalsApplied, proposalsFailed atomic.Uint64
+	soloLeader                        atomic.Bool
+	progress                          atomic.Pointer[map[NodeID]Progress]
+	ticks                             uint64
+	promoteAfter                      map[uint64]uint64 // learner ID → tick before which no new promotion is proposed
+	removed                           bool              // this member was removed from the configuration
+}
+
+// Start opens the raft member over log and sm and runs its Ready loop until
+// Stop. A brand-new log is bootstrapped with cfg.Peers as voters.
+func Start(cfg Config, log LogStore, sm StateMachine, tr Transport, logger *slog.Logger) (*Replica, error) {
+	cfg = cfg.WithDefaults()
+	if cfg.ID == 0 {
+		return nil, errors.New("start replica: node ID must not be 0")
+	}
+	if log.IsEmpty() {
+		if len(cfg.Peers) == 0 {
+			return nil, errors.New("start replica: empty log and no initial peers to bootstrap")
+		}
+		cs := &pb.ConfState{}
+		for _, p := range cfg.Peers {
+			cs.Voters = append(cs.Voters, uint64(p))
+		}
+		if err := log.Bootstrap(cs); err != nil {
+			return nil, fmt.Errorf("bootstrap raft log: %w", err)
+		}
+		logger.Info("bootstrapped new raft group", "voters", cs.Voters)
+	}
+	hs, cs, err := log.InitialState()
+	if err != nil {
+		return nil, fmt.Errorf("read raft state: %w", err)
+	}
+	snap, err := log.Snapshot()
+	if err != nil {
+		return nil, fmt.Errorf("read raft compaction point: %w", err)
+	}
+	// Raft redelivers every committed entry after the compaction point: the
+	// state machine skips what it already holds, and configuration changes in
+	// that range are re-applied to raft, whose ConfState starts at that point.
+	compacted := snap.GetMetadata().GetIndex()
+	if sm.AppliedIndex() < compacted {
+		return nil, fmt.Errorf("start replica: state applied to %d but raft log compacted to %d: state store is behind its log", sm.AppliedIndex(), compacted)
+	}
+	if _, ok := log.(snapshotLog); !ok {
+		return nil, errors.New("start replica: the raft log cannot apply snapshots")
+	}
+	sm = newTrackedSM(sm, compacted)
+	rcfg := &raft.Config{
+		ID:                        uint64(cfg.ID),
+		ElectionTick:              cfg.ElectionTicks,
+		HeartbeatTick:             cfg.HeartbeatTicks,
+		Storage:                   snapshotStorage{log},
+		Applied:                   compacted,
+		MaxSizePerMsg:             1 << 20,
+		MaxCommittedSizePerReady:  64 << 20,
+		MaxUncommittedEntriesSize: cfg.MaxUncommittedBytes,
+		MaxInflightMsgs:           256,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		Logger:                    newRaftLogger(logger),
+		StepDownOnRemoval:         true,
+	}
+	if cfg.LeaseReads {
+		rcfg.ReadOnlyOption = raft.ReadOnlyLeaseBased
+	}
+	rn, err := raft.NewRawNode(rcfg)
+	if err != nil {
+		return nil, fmt.Errorf("start raft: %w", err)
+	}
+	r := &Replica{
+		cfg: cfg, logger: logger, log: log, sm: sm, tr: tr, rn: rn,
+		propc:       make(chan proposal, 4096),
+		recvc:       make(chan *pb.Message, 4096),
+		reportc:     make(chan report, 1024),
+		readc:       make(chan struct{}, 1),
+		adminc:      make(chan func()),
+		stopc:       make(chan struct{}),
+		done:        make(chan struct{}),
+		waits:       newWaitRegistry(),
+		reads:       newReadBatcher(),
+		confState:   proto.Clone(cs).(*pb.ConfState),
+		lastCompact: compacted,
+		startCommit: hs.GetCommit(),
+	}
+	r.publishStatus()
+	// A group of one need not wait an election timeout to lead itself.
+	if len(cs.Voters) == 1 && cs.Voters[0] == uint64(cfg.ID) {
+		if err := rn.Campaign(); err != nil {
+			return nil, fmt.Errorf("campaign: %w", err)
+		}
+	}
+	go r.run()
+	return r, nil
+}
+
+// Propose submits data (an encoded command carrying reqID) and returns once
+// it is queued for raft; Wait on the result returns its applied result. The
+// order of Propose calls from one goroutine is the order in the log.
+func (r *Replica) Propose(ctx context.Context, reqID uint64, data []byte) (*Pending, error) {
+	if int(r.pendingProposals.Load()) >= r.cfg.MaxPending {
+		r.proposalsFailed.Add(1)
+		return nil, ErrBusy
+	}
+	ch, ok := r.waits.register(reqID)
+	if !ok {
+		return nil, fmt.Errorf("propose: duplicate request ID %x", reqID)
+	}
+	r.pendingProposals.Add(1)
+	p := &Pending{r: r, reqID: reqID, ch: ch}
+	select {
+	case r.propc <- proposal{reqID: reqID, data: data}:
+		return p, nil
+	case <-ctx.Done():
+		p.release()
+		r.proposalsFailed.Add(1)
+		return nil, ErrTimeout
+	case <-r.done:
+		p.release()
+		r.proposalsFailed.Add(1)
+		return nil, ErrStopped
+	}
+}
+
+// Pending is a proposal in flight.
+type Pending struct {
+	r     *Replica
+	reqID uint64
+	ch    chan Outcome
+	once  sync.Once
+}
+
+func (p *Pending) release() {
+	p.once.Do(func() {
+		p.r.waits.cancel(p.reqID)
+		p.r.pendingProposals.Add(-1)
+	})
+}
+
+// Wait returns the applied result. If ctx ends first the error is
+// ErrUnknownOutcome: the entry may still commit.
+func (p *Pending) Wait(ctx context.Context) (any, error) {
+	defer p.release()
+	select {
+	case o := <-p.ch:
+		if o.Err != nil {
+			p.r.proposalsFailed.Add(1)
+		} else {
+			p.r.proposalsApplied.Add(1)
+		}
+		return o.Result, o.Err
+	case <-ctx.Done():
+		p.r.proposalsFailed.Add(1)
+		return nil, ErrUnknownOutcome
+	}
+}
+
+// ReadBarrier returns once this node has applied everything committed before
+// the call, as confirmed by the current leader (ReadIndex): a read of the
+// state machine after it is linearizable.
+func (r *Replica) ReadBarrier(ctx context.Context) error {
+	// The sole voter of a group, leading and caught up with what was committed
+	// when it started, has applied every acknowledged write (a write is
+	// acknowledged only once applied) and no other node can commit: its local
+	// state is already linearizable. Adding a member ends this (the conf
+	// change is applied before any new member could lead).
+	if r.soloLeader.Load() {
+		return nil
+	}
+	for {
+		ch := r.reads.join()
+		select {
+		case r.readc <- struct{}{}:
+		default: // a wake-up is already pending
+		}
+		select {
+		case err := <-ch:
+			if errors.Is(err, errReadRetry) {
+				continue
+			}
+			return err
+		case <-ctx.Done():
+			if r.Status().Leader == 0 {
+				return ErrNoLeader
+			}
+			return ErrTimeout
+		case <-r.done:
+			return ErrStopped
+		}
+	}
+}
+
+// Step delivers a message from a peer.
+func (r *Replica) Step(ctx context.Context, m *pb.Message) error {
+	select {
+	case r.recvc <- m:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.done:
+		return ErrStopped
+	}
+}
+
+// ReportUnreachable tells raft a peer could not be reached, so the leader
+// stops pipelining to it until it answers again. Never blocks.
+func (r *Replica) ReportUnreachable(id uint64) {
+	select {
+	case r.reportc <- report{id: id}:
+	default:
+	}
+}
+
+// ReportSnapshot tells raft how sending a snapshot to id ended. Unlike
+// unreachable reports it is never dropped (raft would wait on that snapshot
+// forever); it blocks until the loop takes it or the node stops.
+func (r *Replica) ReportSnapshot(id uint64, failed bool) {
+	select {
+	case r.reportc <- report{id: id, snapshot: true, failed: failed}:
+	case <-r.done:
+	}
+}
+
+// Status returns the latest published status.
+func (r *Replica) Status() Status {
+	s := *r.status.Load()
+	// Counted by the proposers, after the loop published the rest: read
+	// them now, so a reader that saw its proposal finish sees it counted.
+	s.ProposalsApplied, s.ProposalsFailed = r.proposalsApplied.Load(), r.proposalsFailed.Load()
+	return s
+}
+
+// Done is closed when the Ready loop has exited; Err says why.
+func (r *Replica) Done() <-chan struct{} { return r.done }
+
+// Err is the fatal error that stopped the node, or nil after a clean Stop.
+func (r *Replica) Err() error {
+	r.errMu.Lock()
+	defer r.errMu.Unlock()
+	return r.err
+}
+
+// Stop ends the Ready loop and fails every waiter with ErrStopped.
+func (r *Replica) Stop() {
+	r.stopOnce.Do(func() { close(r.stopc) })
+	<-r.done
+}
+
+func (r *Replica) fail(err error) {
+	r.errMu.Lock()
+	if r.err == nil {
+		r.err = err
+	}
+	r.errMu.Unlock()
+	r.logger.Error("replica stopped by a fatal error", "err", err)
+}
+
+func (r *Replica) run() {
+	defer close(r.done)
+	defer func() {
+		r.waits.failAll(ErrStopped)
+		r.reads.failAll(ErrStopped)
+	}()
+	ticker := time.NewTicker(r.cfg.TickInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ticker.C:
+			r.rn.Tick()
+			r.onTick()
+		case f := <-r.adminc:
+			f()
+		case p := <-r.propc:
+			r.propose(p)
+			// Drain what else is queued: one Ready, one fsync, for all of it.
+			for n := 0; n < 1024; n++ {
+				select {
+				case p := <-r.propc:
+					r.propose(p)
+					continue
+				default:
+				}
+				break
+			}
+		case m := <-r.recvc:
+			r.step(m)
+		case rep := <-r.reportc:
+			if rep.snapshot {
+				status := raft.SnapshotFinish
+				if rep.failed {
+					status = raft.SnapshotFailure
+				}
+				r.rn.ReportSnapshot(rep.id, status)
+			} else {
+				r.rn.ReportUnreachable(rep.id)
+			}
+		case <-r.readc:
+		case <-r.stopc:
+			return
+		}
+		if rctx := r.reads.take(); rctx != nil {
+			r.rn.ReadIndex(rctx)
+		}
+		for r.rn.HasReady() {
+			if err := r.handleReady(r.rn.Ready()); err != nil {
+				r.fail(err)
+				return
+			}
+		}
+		r.publishStatus()
+	}
+}
+
+func (r *Replica) propose(p proposal) {
+	if err := r.rn.Propose(p.data); err != nil {
+		if errors.Is(err, raft.ErrProposalDropped) {
+			if r.leader == 0 {
+				err = ErrNoLeader
+			} else {
+				err = ErrBusy
+			}
+		}
+		r.waits.trigger(p.reqID, Outcome{Err: err})
+	}
+}
+
+func (r *Replica) step(m *pb.Message) {
+	if err := r.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
+		r.logger.Debug("step message", "from", m.GetFrom(), "type", m.GetType().String(), "err", err)
+	}
+}
+
+func (r *Replica) handleReady(rd raft.Ready) error {
+	if rd.SoftState != nil && rd.SoftState.Lead != r.leader {
+		r.logger.Info("leader changed", "from", r.leader, "to", rd.SoftState.Lead, "term", r.rn.BasicStatus().GetTerm())
+		lost := r.leader != 0
+		r.leader = rd.SoftState.Lead
+		r.leaderChanges++
+		// A read index requested from the old leader may never be answered.
+		r.reads.failInflight(errReadRetry)
+		if lost {
+			// Proposals in flight may have died with the old leader, or may
+			// still commit under the new one: say so now rather than make
+			// clients wait out their timeout.
+			r.waits.failAll(ErrUnknownOutcome)
+		}
+	}
+	// Read indexes first: releasing a reader depends only on the applied
+	// index, never on this Ready's writes, so it need not wait for the fsync.
+	for _, rs := range rd.ReadStates {
+		if string(rs.RequestCtx) == readyProbe {
+			r.readyCommit = max(rs.Index, r.startCommit, 1)
+			continue
+		}
+		r.reads.indexKnown(rs.RequestCtx, rs.Index)
+	}
+	r.reads.applied(r.sm.AppliedIndex())
+	// 1. Persist.
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		// Before the entries that follow it, and before any message: the
+		// leader learns we hold the snapshot only from what we send in step 2.
+		if err := r.installSnapshot(rd.Snapshot); err != nil {
+			return err
+		}
+	}
+	if !raft.IsEmptyHardState(rd.HardState) || len(rd.Entries) > 0 {
+		if err := r.log.Save(rd.HardState, rd.Entries); err != nil {
+			return fmt.Errorf("persist raft log: %w", err)
+		}
+	}
+	// 2. Send.
+	if len(rd.Messages) > 0 {
+		if r.tr == nil {
+			return fmt.Errorf("raft produced %d messages for peers but this node has no transport", len(rd.Messages))
+		}
+		r.tr.Send(rd.Messages)
+	}
+	// 3. Apply.
+	if len(rd.CommittedEntries) > 0 {
+		if err := r.apply(rd.CommittedEntries); err != nil {
+			return err
+		}
+	}
+	r.reads.applied(r.sm.AppliedIndex())
+	// 4. Advance.
+	r.rn.Advance(rd)
+	return nil
+}
+
+func (r *Replica) apply(committed []*pb.Entry) error {
+	ents := make([]Entry, len(committed))
+	for i, e := range committed {
+		ents[i] = Entry{Index: e.GetIndex()}
+		switch e.GetType() {
+		case pb.EntryNormal:
+			ents[i].Data = e.GetData()
+		case pb.EntryConfChange, pb.EntryConfChangeV2:
+			cc, err := r.applyConfChange(e)
+			if err != nil {
+				return err
+			}
+			ents[i].Conf = cc
+		}
+	}
+	results, err := r.sm.Apply(ents)
+	if err != nil {
+		return fmt.Errorf("apply committed entries: %w", err)
+	}
+	for _, a := range results {
+		if a.ReqID != 0 {
+			r.waits.trigger(a.ReqID, Outcome{Result: a.Result})
+		}
+	}
+	return r.maybeCompact()
+}
+
+func (r *Replica) applyConfChange(e *pb.Entry) (*ConfChange, error) {
+	cci, err := confChangeFromEntry(e)
+	if err != nil {
+		return nil, fmt.Errorf("decode conf change at %d: %w", e.GetIndex(), err)
+	}
+	r.confState = r.rn.ApplyConfChange(cci)
+	r.lastConfChange = e.GetIndex()
+	r.logger.Info("applied configuration change", "index", e.GetIndex(), "voters", r.confState.GetVoters(), "learners", r.confState.GetLearners())
+	// kvd proposes only single-member v1 changes; anything else (none today)
+	// changes raft's configuration but not the member table.
+	c, ok := cci.(*pb.ConfChange)
+	if !ok {
+		return nil, nil
+	}
+	out := &ConfChange{ID: NodeID(c.GetNodeId()), Context: c.GetContext()}
+	switch c.GetType() {
+	case pb.ConfChangeAddLearnerNode:
+		out.Type = AddLearner
+	case pb.ConfChangeAddNode:
+		out.Type = PromoteVoter
+	case pb.ConfChangeRemoveNode:
+		out.Type = RemoveMember
+		if out.ID == r.cfg.ID {
+			r.removed = true
+			r.logger.Warn("this member was removed from the cluster", "index", e.GetIndex())
+		}
+	default:
+		return nil, nil
+	}
+	if id := c.GetId(); id != 0 {
+		r.waits.trigger(id, Outcome{})
+	}
+	return out, nil
+}
+
+// maybeCompact truncates the raft log behind the durably applied state, so
+// disk and memory stay bounded under a long write load.
+func (r *Replica) maybeCompact() error {
+	applied := r.sm.AppliedIndex()
+	if applied < r.lastCompact+r.cfg.CompactEvery+r.cfg.CompactKeep {
+		return nil
+	}
+	durable, err := r.sm.Sync()
+	if err != nil {
+		return fmt.Errorf("sync state before log compaction: %w", err)
+	}
+	if durable <= r.cfg.CompactKeep {
+		return nil
+	}
+	idx := durable - r.cfg.CompactKeep
+	// The ConfState we hold is as of the applied index; it is exact for idx
+	// only if no configuration change happened after idx. Otherwise wait.
+	if r.lastConfChange > idx || idx <= r.lastCompact {
+		return nil
+	}
+	if err := r.log.Compact(idx, r.confState); err != nil {
+		return fmt.Errorf("compact raft log to %d: %w", idx, err)
+	}
+	r.lastCompact = idx
+	r.logger.Debug("compacted raft log", "index", idx)
+	return nil
+}
+
+func (r *Replica) publishStatus() {
+	st := r.rn.BasicStatus() // Status() would copy every peer's progress: too dear per iteration
+	s := &Status{
+		ID:            NodeID(st.ID),
+		Leader:        NodeID(st.Lead),
+		Term:          st.GetTerm(),
+		Role:          roleName(st.RaftState),
+		Commit:        st.GetCommit(),
+		Applied:       r.sm.AppliedIndex(),
+		LeaderChanges: r.leaderChanges,
+		Pending:       r.waits.len(),
+		Removed:       r.removed,
+	}
+	for _, v := range r.confState.GetVoters() {
+		s.Voters = append(s.Voters, NodeID(v))
+	}
+	for _, v := range r.confState.GetLearners() {
+		s.Learners = append(s.Learners, NodeID(v))
+	}
+	if !r.ready && st.Lead != 0 {
+		// Ready means caught up with the leader's commit index as it was
+		// when we found the leader. A follower's own commit index trails
+		// the leader's until its log catches up, so it cannot tell: ask the
+		// leader (a ReadIndex round answers its commit index), again after
+		// an election timeout if the answer was lost.
+		if r.readyCommit == 0 && (r.readyProbeTick == 0 || r.ticks > r.readyProbeTick+uint64(r.cfg.ElectionTicks)) {
+			r.readyProbeTick = max(r.ticks, 1)
+			r.rn.ReadIndex([]byte(readyProbe))
+		}
+		r.ready = r.readyCommit != 0 && s.Applied >= r.readyCommit
+	}
+	s.Ready = r.ready && st.Lead != 0
+	r.soloLeader.Store(s.Ready && s.Role == "leader" && len(s.Learners) == 0 &&
+		len(s.Voters) == 1 && s.Voters[0] == r.cfg.ID)
+	r.status.Store(s)
+}
+
+// readyProbe is the ReadIndex context of the readiness probe; the read
+// batcher's contexts are 8-byte counters, so they never collide with it.
+const readyProbe = "kvd-ready-probe"
+
+func roleName(s raft.StateType) string {
+	switch s {
+	case raft.StateLeader:
+		return "leader"
+	case raft.StateCandidate:
+		return "candidate"
+	case raft.StatePreCandidate:
+		return "pre-candidate"
+	default:
+		return "follower"
+	}
+}

@@ -1,0 +1,67 @@
+package replica
+
+import (
+	"errors"
+	"testing"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// fakeSM is a state machine that only counts indexes.
+type fakeSM struct{ applied, synced uint64 }
+
+func (f *fakeSM) Apply(ents []Entry) ([]Applied, error) {
+	for _, e := range ents {
+		f.applied = max(f.applied, e.Index)
+	}
+	return nil, nil
+}
+func (f *fakeSM) AppliedIndex() uint64                 { return f.applied }
+func (f *fakeSM) Sync() (uint64, error)                { f.synced = f.applied; return f.applied, nil }
+func (f *fakeSM) InstallSnapshot([]byte, uint64) error { return errors.New("not used") }
+
+// TestTrackedSMReportsNoMoreThanRaftDelivered: a state installed from a
+// snapshot is ahead of the log; the replica must reason (compaction, read
+// barriers) in the indexes raft has delivered, or it would compact entries
+// its log does not hold.
+func TestTrackedSMReportsNoMoreThanRaftDelivered(t *testing.T) {
+	inner := &fakeSM{applied: 4004} // state as installed, snapshot index 3800
+	sm := newTrackedSM(inner, 3800)
+	if got := sm.AppliedIndex(); got != 3800 {
+		t.Fatalf("applied %d before redelivery, want 3800", got)
+	}
+	if _, err := sm.Apply([]Entry{{Index: 3801}, {Index: 3900}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := sm.Sync(); got != 3900 {
+		t.Fatalf("synced %d, want 3900 (delivered)", got)
+	}
+	if _, err := sm.Apply([]Entry{{Index: 4010}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := sm.AppliedIndex(); got != 4010 {
+		t.Fatalf("applied %d once raft passed the state, want 4010", got)
+	}
+}
+
+type fixedSnapLog struct {
+	LogStore
+	snap *pb.Snapshot
+}
+
+func (l fixedSnapLog) Snapshot() (*pb.Snapshot, error) { return l.snap, nil }
+
+func TestSnapshotStorageNeverHandsRaftAnEmptySnapshot(t *testing.T) {
+	empty := snapshotStorage{fixedSnapLog{snap: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: proto.Uint64(0)}}}}
+	if _, err := empty.Snapshot(); !errors.Is(err, raft.ErrSnapshotTemporarilyUnavailable) {
+		t.Fatalf("empty snapshot: %v", err)
+	}
+	meta := &pb.SnapshotMetadata{Index: proto.Uint64(10), Term: proto.Uint64(2), ConfState: &pb.ConfState{Voters: []uint64{1}}}
+	s := snapshotStorage{fixedSnapLog{snap: &pb.Snapshot{Metadata: meta}}}
+	got, err := s.Snapshot()
+	if err != nil || got.GetMetadata().GetIndex() != 10 || len(got.GetData()) != 0 {
+		t.Fatalf("snapshot %v, %v", got, err)
+	}
+}

@@ -1,0 +1,71 @@
+package replica
+
+import (
+	"sync"
+)
+
+// Outcome is what a proposal's entry produced once applied, or why it failed.
+type Outcome struct {
+	Result any
+	Err    error
+}
+
+// waitRegistry correlates proposals with their applied results by request ID.
+// Every path that ends a proposal (applied, dropped, timed out, node stopped)
+// triggers or cancels its waiter, so nothing leaks.
+type waitRegistry struct {
+	mu sync.Mutex
+	m  map[uint64]chan Outcome
+}
+
+func newWaitRegistry() *waitRegistry {
+	return &waitRegistry{m: make(map[uint64]chan Outcome)}
+}
+
+// register returns the channel that receives id's outcome, or false if id is
+// already waiting (request IDs are unique; a duplicate is a caller bug).
+func (w *waitRegistry) register(id uint64) (chan Outcome, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, dup := w.m[id]; dup {
+		return nil, false
+	}
+	ch := make(chan Outcome, 1)
+	w.m[id] = ch
+	return ch, true
+}
+
+// trigger delivers o to id's waiter if one is registered here. Entries
+// proposed on other nodes have no waiter on this one.
+func (w *waitRegistry) trigger(id uint64, o Outcome) {
+	w.mu.Lock()
+	ch, ok := w.m[id]
+	delete(w.m, id)
+	w.mu.Unlock()
+	if ok {
+		ch <- o
+	}
+}
+
+func (w *waitRegistry) cancel(id uint64) {
+	w.mu.Lock()
+	delete(w.m, id)
+	w.mu.Unlock()
+}
+
+func (w *waitRegistry) len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.m)
+}
+
+// failAll ends every waiter with err (node stopping).
+func (w *waitRegistry) failAll(err error) {
+	w.mu.Lock()
+	m := w.m
+	w.m = make(map[uint64]chan Outcome)
+	w.mu.Unlock()
+	for _, ch := range m {
+		ch <- Outcome{Err: err}
+	}
+}

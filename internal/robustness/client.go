@@ -1,0 +1,165 @@
+package robustness
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// mcConn is one memcache text-protocol connection with a deadline on every
+// exchange. After any error the connection's state is unknown (a reply may
+// still be on its way), so the caller must close it and dial again.
+type mcConn struct {
+	c  net.Conn
+	r  *bufio.Reader
+	to time.Duration
+}
+
+func dialMC(addr string, timeout time.Duration) (*mcConn, error) {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return nil, fmt.Errorf("%w: dial %s: %v", errNotSent, addr, err)
+	}
+	return &mcConn{c: c, r: bufio.NewReader(c), to: timeout}, nil
+}
+
+func (m *mcConn) Close() error { return m.c.Close() }
+
+// errNotSent marks a request that never left the client: it cannot have
+// taken effect, so it is left out of the history.
+var errNotSent = errors.New("not sent")
+
+// errServer is a SERVER_ERROR (or another reply the harness does not expect):
+// for a write, its outcome is unknown.
+var errServer = errors.New("server error")
+
+func (m *mcConn) exchange(req string) error {
+	if err := m.c.SetDeadline(time.Now().Add(m.to)); err != nil {
+		return fmt.Errorf("set deadline: %w", err)
+	}
+	if _, err := io.WriteString(m.c, req); err != nil {
+		return fmt.Errorf("write request: %w", err)
+	}
+	return nil
+}
+
+func (m *mcConn) line() (string, error) {
+	l, err := m.r.ReadString('\n')
+	if err != nil {
+		return "", fmt.Errorf("read reply: %w", err)
+	}
+	l = strings.TrimSuffix(strings.TrimSuffix(l, "\n"), "\r")
+	if strings.HasPrefix(l, "SERVER_ERROR") || l == "ERROR" {
+		return "", fmt.Errorf("%w: %q", errServer, l)
+	}
+	return l, nil
+}
+
+// item is a read's result.
+type item struct {
+	Found bool
+	Value string
+	CAS   uint64
+}
+
+// get runs get (withCAS false) or gets on one key.
+func (m *mcConn) get(key string, withCAS bool) (item, error) {
+	verb := "get"
+	if withCAS {
+		verb = "gets"
+	}
+	if err := m.exchange(verb + " " + key + "\r\n"); err != nil {
+		return item{}, err
+	}
+	l, err := m.line()
+	if err != nil {
+		return item{}, err
+	}
+	if l == "END" {
+		return item{}, nil
+	}
+	f := strings.Fields(l)
+	if len(f) < 4 || f[0] != "VALUE" || f[1] != key || (withCAS && len(f) != 5) {
+		return item{}, fmt.Errorf("%w: unexpected %s header %q", errServer, verb, l)
+	}
+	size, err := strconv.Atoi(f[3])
+	if err != nil || size < 0 || size > 1<<20 {
+		return item{}, fmt.Errorf("%w: bad size in %q", errServer, l)
+	}
+	it := item{Found: true}
+	if withCAS {
+		if it.CAS, err = strconv.ParseUint(f[4], 10, 64); err != nil {
+			return item{}, fmt.Errorf("%w: bad cas in %q", errServer, l)
+		}
+	}
+	data := make([]byte, size+2)
+	if _, err := io.ReadFull(m.r, data); err != nil {
+		return item{}, fmt.Errorf("read value: %w", err)
+	}
+	it.Value = string(data[:size])
+	if l, err = m.line(); err != nil {
+		return item{}, err
+	}
+	if l != "END" {
+		return item{}, fmt.Errorf("%w: %q after the value, want END", errServer, l)
+	}
+	return it, nil
+}
+
+// store runs set, add, replace or (with a non-zero token) cas and returns
+// the reply word: STORED, NOT_STORED, EXISTS or NOT_FOUND.
+func (m *mcConn) store(verb, key, value string, token uint64) (string, error) {
+	req := fmt.Sprintf("%s %s 0 0 %d\r\n%s\r\n", verb, key, len(value), value)
+	if verb == "cas" {
+		req = fmt.Sprintf("cas %s 0 0 %d %d\r\n%s\r\n", key, len(value), token, value)
+	}
+	if err := m.exchange(req); err != nil {
+		return "", err
+	}
+	l, err := m.line()
+	if err != nil {
+		return "", err
+	}
+	switch l {
+	case "STORED", "NOT_STORED", "EXISTS", "NOT_FOUND":
+		return l, nil
+	}
+	return "", fmt.Errorf("%w: %s reply %q", errServer, verb, l)
+}
+
+func (m *mcConn) delete(key string) (string, error) {
+	if err := m.exchange("delete " + key + "\r\n"); err != nil {
+		return "", err
+	}
+	l, err := m.line()
+	if err != nil {
+		return "", err
+	}
+	if l != "DELETED" && l != "NOT_FOUND" {
+		return "", fmt.Errorf("%w: delete reply %q", errServer, l)
+	}
+	return l, nil
+}
+
+// arith runs incr or decr; the reply is the new value or NOT_FOUND.
+func (m *mcConn) arith(verb, key string, delta uint64) (string, error) {
+	if err := m.exchange(fmt.Sprintf("%s %s %d\r\n", verb, key, delta)); err != nil {
+		return "", err
+	}
+	l, err := m.line()
+	if err != nil {
+		return "", err
+	}
+	if l == "NOT_FOUND" {
+		return l, nil
+	}
+	if _, err := strconv.ParseUint(l, 10, 64); err != nil {
+		return "", fmt.Errorf("%w: %s reply %q", errServer, verb, l)
+	}
+	return l, nil
+}

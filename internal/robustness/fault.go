@@ -1,0 +1,198 @@
+package robustness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Env is what a fault acts on.
+type Env struct {
+	Cluster *Cluster
+	Rng     *rand.Rand
+	Logf    func(format string, args ...any)
+}
+
+// Fault is one kind of failure. Inject starts it and returns the function
+// that ends it (heal); the harness calls heal exactly once, after a hold
+// time it chooses, and then expects the cluster to recover by itself.
+type Fault struct {
+	Name string
+	// Sizes are the cluster sizes the fault applies to.
+	Sizes []int
+	// Inject starts the fault. It may look up the leader (and fail if none
+	// shows up in time).
+	Inject func(ctx context.Context, e *Env) (heal func(ctx context.Context) error, err error)
+}
+
+// Faults returns the registry. New kinds (snapshot shipping to a lagging
+// follower, membership changes) become new entries here.
+func Faults() []Fault {
+	return []Fault{
+		{Name: "kill-leader", Sizes: []int{1, 3}, Inject: killOne(true)},
+		{Name: "kill-follower", Sizes: []int{3}, Inject: killOne(false)},
+		{Name: "kill-all", Sizes: []int{1, 3}, Inject: killAll},
+		{Name: "pause-leader", Sizes: []int{1, 3}, Inject: pauseLeader},
+		{Name: "partition-leader", Sizes: []int{3}, Inject: isolate(true)},
+		{Name: "partition-follower", Sizes: []int{3}, Inject: isolate(false)},
+		{Name: "cut-leader-outbound", Sizes: []int{3}, Inject: oneWay(true)},
+		{Name: "cut-leader-inbound", Sizes: []int{3}, Inject: oneWay(false)},
+		{Name: "delay-peers", Sizes: []int{3}, Inject: delayPeers},
+		{Name: "reset-peers", Sizes: []int{3}, Inject: resetPeers},
+	}
+}
+
+// FaultByName finds a registered fault.
+func FaultByName(name string) (Fault, error) {
+	for _, f := range Faults() {
+		if f.Name == name {
+			return f, nil
+		}
+	}
+	return Fault{}, fmt.Errorf("unknown fault %q", name)
+}
+
+// pick returns the leader (leader true) or a random follower.
+func pick(ctx context.Context, e *Env, leader bool) (*Node, error) {
+	lead, err := e.Cluster.Leader(ctx, 10*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("find the leader: %w", err)
+	}
+	if leader {
+		return lead, nil
+	}
+	others := e.Cluster.Others(lead)
+	return others[e.Rng.IntN(len(others))], nil
+}
+
+func killOne(leader bool) func(context.Context, *Env) (func(context.Context) error, error) {
+	return func(ctx context.Context, e *Env) (func(context.Context) error, error) {
+		n, err := pick(ctx, e, leader)
+		if err != nil {
+			return nil, err
+		}
+		e.Logf("SIGKILL %s", n.Name)
+		n.Kill()
+		return func(context.Context) error {
+			e.Logf("restart %s", n.Name)
+			return n.Restart()
+		}, nil
+	}
+}
+
+func killAll(_ context.Context, e *Env) (func(context.Context) error, error) {
+	nodes := e.Cluster.Nodes
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); n.Kill() }()
+	}
+	wg.Wait()
+	e.Logf("SIGKILL all %d nodes", len(nodes))
+	return func(context.Context) error {
+		e.Logf("restart all nodes")
+		var errs []error
+		for _, n := range nodes {
+			errs = append(errs, n.Restart())
+		}
+		return errors.Join(errs...)
+	}, nil
+}
+
+// pauseLeader stops the leader; the harness holds faults well past the
+// election timeout, so the others elect a new leader while it sleeps, and
+// when it wakes it still believes it leads until it hears otherwise: the
+// classic window for stale reads.
+func pauseLeader(ctx context.Context, e *Env) (func(context.Context) error, error) {
+	n, err := pick(ctx, e, true)
+	if err != nil {
+		return nil, err
+	}
+	e.Logf("SIGSTOP %s", n.Name)
+	if err := n.Pause(); err != nil {
+		return nil, fmt.Errorf("pause %s: %w", n.Name, err)
+	}
+	return func(context.Context) error {
+		e.Logf("SIGCONT %s", n.Name)
+		return n.Resume()
+	}, nil
+}
+
+func heal(e *Env) func(context.Context) error {
+	return func(context.Context) error {
+		e.Logf("heal the network")
+		e.Cluster.Net.Heal()
+		return nil
+	}
+}
+
+func isolate(leader bool) func(context.Context, *Env) (func(context.Context) error, error) {
+	return func(ctx context.Context, e *Env) (func(context.Context) error, error) {
+		n, err := pick(ctx, e, leader)
+		if err != nil {
+			return nil, err
+		}
+		e.Logf("isolate %s", n.Name)
+		e.Cluster.Net.Isolate(n.ID, e.Cluster.IDs())
+		return heal(e), nil
+	}
+}
+
+// oneWay cuts the leader's messages to the others (outbound) or theirs to
+// it (inbound), leaving the other direction working.
+func oneWay(outbound bool) func(context.Context, *Env) (func(context.Context) error, error) {
+	return func(ctx context.Context, e *Env) (func(context.Context) error, error) {
+		lead, err := pick(ctx, e, true)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range e.Cluster.Others(lead) {
+			if outbound {
+				e.Cluster.Net.Cut(lead.ID, o.ID)
+			} else {
+				e.Cluster.Net.Cut(o.ID, lead.ID)
+			}
+		}
+		e.Logf("cut leader %s one way (outbound %v)", lead.Name, outbound)
+		return heal(e), nil
+	}
+}
+
+func delayPeers(_ context.Context, e *Env) (func(context.Context) error, error) {
+	el := e.Cluster.Timing.ElectionTimeout
+	// From a fifth of the election timeout up to a little more than half:
+	// slow enough to lose heartbeats now and then, not a partition.
+	d := el/5 + time.Duration(e.Rng.Int64N(int64(el/2)))
+	e.Logf("delay peer messages by %s", d)
+	e.Cluster.Net.SetDelay(d)
+	return heal(e), nil
+}
+
+func resetPeers(_ context.Context, e *Env) (func(context.Context) error, error) {
+	every := time.Duration(50+e.Rng.IntN(250)) * time.Millisecond
+	e.Logf("reset every peer connection every %s", every)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				e.Cluster.Net.ResetAll()
+			}
+		}
+	}()
+	return func(context.Context) error {
+		close(stop)
+		<-done
+		e.Logf("stop resetting peer connections")
+		return nil
+	}, nil
+}

@@ -1,0 +1,126 @@
+package robustness
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Op is one recorded operation. Times are nanoseconds since the run's
+// start; Return is infinity when the outcome is unknown.
+type Op struct {
+	Client int    `json:"client"`
+	Node   string `json:"node"`
+	Key    string `json:"key"`
+	Input  Input  `json:"input"`
+	Output Output `json:"output"`
+	Call   int64  `json:"call"`
+	Return int64  `json:"return"`
+	Err    string `json:"err,omitempty"`
+}
+
+// History collects operations from every client goroutine.
+type History struct {
+	start time.Time
+	mu    sync.Mutex
+	ops   []*Op
+	// failedReads counts reads dropped because they failed.
+	failedReads int
+	// notSent counts operations that failed before their request was sent.
+	notSent int
+}
+
+func newHistory() *History { return &History{start: time.Now()} }
+
+// now is the monotonic time since the run's start.
+func (h *History) now() int64 { return int64(time.Since(h.start)) }
+
+// record adds a finished operation. A failed read is dropped: it observed
+// nothing. A failed write is kept with an unknown outcome.
+func (h *History) record(op *Op, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if errors.Is(err, errNotSent) {
+		h.notSent++
+		return
+	}
+	if err != nil {
+		if op.Input.Op == OpGet || op.Input.Op == OpGets {
+			h.failedReads++
+			return
+		}
+		op.Err = err.Error()
+		op.Output = Output{Unknown: true}
+		op.Return = infinity
+	}
+	h.ops = append(h.ops, op)
+}
+
+// Ops returns a copy of the recorded operations.
+func (h *History) Ops() []*Op {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]*Op(nil), h.ops...)
+}
+
+// Stats summarises a history.
+type Stats struct {
+	Ops, Reads, Writes, Unknown, FailedReads, NotSent int
+}
+
+func (h *History) Stats() Stats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := Stats{Ops: len(h.ops), FailedReads: h.failedReads, NotSent: h.notSent}
+	for _, o := range h.ops {
+		switch {
+		case o.Output.Unknown:
+			s.Unknown++
+			s.Writes++
+		case o.Input.Op == OpGet || o.Input.Op == OpGets:
+			s.Reads++
+		default:
+			s.Writes++
+		}
+	}
+	return s
+}
+
+// porcupineOps converts the history. Each client's operations get a lane
+// (ClientId) of their own; after an unknown outcome the client continues in
+// a new lane, since that operation never ends.
+func porcupineOps(ops []*Op) []porcupine.Operation {
+	lanes := map[int]int{}
+	next := 0
+	out := make([]porcupine.Operation, 0, len(ops))
+	for _, o := range ops {
+		lane, ok := lanes[o.Client]
+		if !ok {
+			lane = next
+			next++
+			lanes[o.Client] = lane
+		}
+		out = append(out, porcupine.Operation{ClientId: lane, Input: o.Input, Call: o.Call, Output: o.Output, Return: o.Return, Metadata: o})
+		if o.Output.Unknown {
+			delete(lanes, o.Client)
+		}
+	}
+	return out
+}
+
+// writeJSON saves v, indented, to path.
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", path, err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,255 @@
+package robustness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Config is one run.
+type Config struct {
+	// Binary is the kvd executable.
+	Binary string
+	// Dir holds the nodes' data and logs; the caller removes it.
+	Dir string
+	// Seed drives every random choice of the run (workload, fault target,
+	// fault parameters); with the same seed and fault a run repeats the
+	// same schedule, though not the same interleaving.
+	Seed uint64
+	// Fault is injected once, a quarter into Duration, and healed at three
+	// quarters (but never held for less than three election timeouts).
+	Fault Fault
+	// Size is 1 or 3 nodes.
+	Size int
+	// Duration is how long clients send traffic.
+	Duration time.Duration
+	// Clients is the number of sequential clients; the first Size are
+	// pinned to one node each, the rest pick a node per operation.
+	Clients int
+	Timing  Timing
+	// ExtraArgs go to every `kvd serve`, e.g. a weaker --read-consistency
+	// to see the harness catch stale reads.
+	ExtraArgs []string
+	// CheckTimeout bounds porcupine; Unknown after it is reported, not failed.
+	CheckTimeout time.Duration
+	Logf         func(format string, args ...any)
+}
+
+// Result is what a run found. Failures is empty when every check passed.
+type Result struct {
+	Fault     string
+	Size      int
+	Seed      uint64
+	Stats     Stats
+	Verdict   Verdict
+	Applied   uint64
+	Digests   map[string]string
+	Divergent []string // nodes whose digest differs from the first node's
+	Failures  []string
+	History   []*Op
+	Replicas  []Replica
+}
+
+// Failed reports whether any check failed.
+func (r *Result) Failed() bool { return len(r.Failures) > 0 }
+
+func (r *Result) fail(format string, args ...any) {
+	r.Failures = append(r.Failures, fmt.Sprintf(format, args...))
+}
+
+// clientTimeouts: some shorter than the server's request timeout (the
+// client gives up first, outcome unknown), some longer (the server answers
+// SERVER_ERROR first).
+var clientTimeouts = []time.Duration{300 * time.Millisecond, 1 * time.Second, 4 * time.Second}
+
+// Run performs one run. It returns an error only when the harness itself
+// could not do its job (a node would not start); property violations are
+// in Result.Failures.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	res := &Result{Fault: cfg.Fault.Name, Size: cfg.Size, Seed: cfg.Seed, Digests: map[string]string{}}
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6b7664))
+	cl, err := StartCluster(ctx, cfg.Binary, cfg.Dir, cfg.Size, cfg.Timing, cfg.ExtraArgs...)
+	if err != nil {
+		return nil, fmt.Errorf("start a %d-node cluster: %w", cfg.Size, err)
+	}
+	defer cl.Close()
+	for _, r := range cl.StartRetries {
+		cfg.Logf("cluster start retried after: %s", r)
+	}
+	h := newHistory()
+
+	// Traffic.
+	tctx, stop := context.WithTimeout(ctx, cfg.Duration)
+	defer stop()
+	var wg sync.WaitGroup
+	for i := range cfg.Clients {
+		var pinned *Node
+		if i < len(cl.Nodes) {
+			pinned = cl.Nodes[i]
+		}
+		// Drawn, not fixed by position: the client pinned to the
+		// faulted node must sometimes be patient enough for its request
+		// to outlive a pause.
+		c := newClient(i, pinned, cl.Nodes, clientTimeouts[rng.IntN(len(clientTimeouts))], rng.Uint64(), h)
+		wg.Add(1)
+		go func() { defer wg.Done(); c.run(tctx) }()
+	}
+
+	// The fault: inject, hold, heal — heal runs even if traffic ended.
+	hold := max(cfg.Duration/2, 3*cfg.Timing.ElectionTimeout)
+	env := &Env{Cluster: cl, Rng: rand.New(rand.NewPCG(rng.Uint64(), 1)), Logf: func(f string, a ...any) {
+		cfg.Logf("[%6.2fs] %s", time.Duration(h.now()).Seconds(), fmt.Sprintf(f, a...))
+	}}
+	faultErr := func() error {
+		select {
+		case <-time.After(cfg.Duration / 4):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		healFn, err := cfg.Fault.Inject(ctx, env)
+		if err != nil {
+			return fmt.Errorf("inject %s: %w", cfg.Fault.Name, err)
+		}
+		select {
+		case <-time.After(hold):
+		case <-ctx.Done():
+		}
+		if err := healFn(ctx); err != nil {
+			return fmt.Errorf("heal %s: %w", cfg.Fault.Name, err)
+		}
+		return nil
+	}()
+	wg.Wait()
+	if faultErr != nil {
+		res.fail("fault: %v", faultErr)
+	}
+
+	// Recovery: every node ready, then a write that must succeed.
+	if err := cl.WaitReady(ctx, cl.Nodes...); err != nil {
+		res.fail("after healing: %v", err)
+	}
+	final := newClient(cfg.Clients, nil, cl.Nodes, 4*time.Second, rng.Uint64(), h)
+	defer final.close()
+	if _, err := final.mustSucceed(ctx, cl.Nodes, finalKey, Input{Op: OpSet, Value: "final"}, 30*time.Second); err != nil {
+		res.fail("final write: %v", err)
+	}
+	// Every key on every node, through linearizable reads that join the
+	// checked history: an acknowledged write that is gone shows up here.
+	for _, n := range cl.Nodes {
+		for _, k := range AllKeys() {
+			if _, err := final.mustSucceed(ctx, []*Node{n}, k, Input{Op: OpGets}, 15*time.Second); err != nil {
+				// One node that cannot serve reads is one failure, not
+				// one per key at 15s each.
+				res.fail("final read on %s: %v", n.Name, err)
+				break
+			}
+		}
+	}
+
+	// Convergence.
+	applied, err := cl.WaitApplied(ctx, 30*time.Second)
+	res.Applied = applied
+	if err != nil {
+		res.fail("replicas: %v", err)
+	} else {
+		for _, n := range cl.Nodes {
+			r, err := cl.LocalState(ctx, n)
+			if err != nil {
+				res.fail("state of %s: %v", n.Name, err)
+				continue
+			}
+			res.Replicas = append(res.Replicas, r)
+			res.Digests[n.Name] = r.Digest
+			if r.Digest != res.Replicas[0].Digest {
+				res.Divergent = append(res.Divergent, n.Name)
+			}
+		}
+		if len(res.Divergent) > 0 {
+			res.fail("replicas diverge at applied index %d: digests %v", applied, res.Digests)
+		}
+	}
+
+	// Linearizability.
+	res.History = h.Ops()
+	res.Stats = h.Stats()
+	res.Verdict = checkLinearizable(res.History, cfg.Clients, cfg.CheckTimeout)
+	switch {
+	case res.Verdict.Result == porcupine.Illegal:
+		res.fail("not linearizable: keys %v violated during traffic, keys %v lost acknowledged writes after healing",
+			res.Verdict.IllegalKeys, res.Verdict.LostKeys)
+	case res.Verdict.Result == porcupine.Unknown:
+		cfg.Logf("porcupine timed out after %s: linearizability unknown", cfg.CheckTimeout)
+	}
+	for _, n := range cl.Nodes {
+		if b, err := os.ReadFile(n.LogPath); err == nil && strings.Contains(string(b), "WARNING: DATA RACE") {
+			res.fail("%s hit a data race (see its log)", n.Name)
+		}
+	}
+	return res, nil
+}
+
+// SaveArtifacts writes the history, porcupine's visualisation, the
+// replicas' states, the node logs and a summary under out.
+func SaveArtifacts(out string, cfg Config, res *Result, repro string) error {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return fmt.Errorf("artifacts dir: %w", err)
+	}
+	var errs []error
+	errs = append(errs, writeJSON(filepath.Join(out, "history.json"), res.History))
+	errs = append(errs, writeJSON(filepath.Join(out, "replicas.json"), res.Replicas))
+	if res.Verdict.Result == porcupine.Illegal || res.Verdict.Result == porcupine.Ok {
+		if err := porcupine.VisualizePath(Model.ToModel(), res.Verdict.info, filepath.Join(out, "linearizability.html")); err != nil {
+			errs = append(errs, fmt.Errorf("visualise: %w", err))
+		}
+	}
+	entries, err := os.ReadDir(cfg.Dir)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list node logs: %w", err))
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".log") {
+			errs = append(errs, copyFile(filepath.Join(cfg.Dir, e.Name()), filepath.Join(out, e.Name())))
+		}
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "fault: %s\nnodes: %d\nseed: %d\nduration: %s\nclients: %d\nkvd flags: %v\n", res.Fault, res.Size, res.Seed, cfg.Duration, cfg.Clients, cfg.ExtraArgs)
+	fmt.Fprintf(&sb, "ops: %+v\nporcupine: %s\napplied: %d\ndigests: %v\n\nfailures:\n", res.Stats, res.Verdict.Result, res.Applied, res.Digests)
+	for _, f := range res.Failures {
+		fmt.Fprintf(&sb, "  - %s\n", f)
+	}
+	fmt.Fprintf(&sb, "\nreproduce:\n  %s\n", repro)
+	errs = append(errs, os.WriteFile(filepath.Join(out, "summary.txt"), []byte(sb.String()), 0o644))
+	return errors.Join(errs...)
+}
+
+func copyFile(from, to string) error {
+	src, err := os.Open(from)
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", from, err)
+	}
+	defer src.Close()
+	dst, err := os.Create(to)
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", from, err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		_ = dst.Close()
+		return fmt.Errorf("copy %s: %w", from, err)
+	}
+	if err := dst.Close(); err != nil {
+		return fmt.Errorf("copy %s: %w", from, err)
+	}
+	return nil
+}

@@ -1,0 +1,312 @@
+// Package kvdproc starts real kvd processes for tests: it builds the binary
+// once per test binary, runs `kvd serve` on ephemeral loopback ports with a
+// real data directory, and stops only the processes it started, by PID.
+// Only tests import it.
+package kvdproc
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	buildPath string
+	buildErr  error
+)
+
+// Binary returns the path of a kvd binary built from this checkout.
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		if p := os.Getenv("KVD_BIN"); p != "" {
+			buildPath = p
+			return
+		}
+		dir, err := os.MkdirTemp("", "kvd-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildPath = filepath.Join(dir, "kvd")
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+		args := []string{"build", "-o", buildPath}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, "./cmd/kvd")...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build kvd: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildPath
+}
+
+// Proc is one running kvd.
+type Proc struct {
+	t            testing.TB
+	cmd          *exec.Cmd
+	Name         string
+	DataDir      string
+	MemcacheAddr string
+	HTTPAddr     string
+	Log          *syncBuffer
+	exited       chan struct{}
+	extra        []string
+}
+
+var servingLine = regexp.MustCompile(`serving memcache on (\S+), http on (\S+)`)
+
+// Start runs `kvd serve` on dataDir with ephemeral ports plus extra flags,
+// and returns once it is ready (/readyz says 200). It is killed at cleanup.
+func Start(t testing.TB, dataDir string, extra ...string) *Proc {
+	t.Helper()
+	p := Launch(t, dataDir, "n1", extra...)
+	p.WaitReady()
+	return p
+}
+
+// Launch runs `kvd serve --name name` and returns once it has bound its
+// listeners, without waiting for readiness (a cluster member is ready only
+// once a quorum is up).
+func Launch(t testing.TB, dataDir, name string, extra ...string) *Proc {
+	t.Helper()
+	p, err := launch(t, dataDir, name, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// errPortTaken is a start-up that lost a race for a port chosen by
+// freeAddr (another test process bound it in between).
+var errPortTaken = errors.New("address already in use")
+
+// launch is Launch returning start-up failures; a lost port race wraps
+// errPortTaken so that callers choosing ports can retry.
+func launch(t testing.TB, dataDir, name string, extra ...string) (*Proc, error) {
+	t.Helper()
+	args := append([]string{"serve", "--name", name, "--data-dir", dataDir,
+		"--memcache-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--heartbeat-interval", "50ms", "--election-timeout", "500ms"}, extra...)
+	p := &Proc{t: t, Name: name, DataDir: dataDir, Log: &syncBuffer{}, exited: make(chan struct{}), extra: extra}
+	p.cmd = exec.Command(Binary(t), args...)
+	p.cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
+	p.cmd.Stderr = p.Log
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start kvd: %v", err)
+	}
+	addrs := make(chan []string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := servingLine.FindStringSubmatch(sc.Text()); m != nil {
+				addrs <- m[1:]
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		p.Kill()
+		if strings.Contains(p.Log.String(), "WARNING: DATA RACE") {
+			t.Errorf("kvd %s hit a data race:\n%s", name, p.Log.String())
+		}
+	})
+	select {
+	case a := <-addrs:
+		p.MemcacheAddr, p.HTTPAddr = a[0], a[1]
+	case <-p.exited:
+		log := p.Log.String()
+		if strings.Contains(log, "address already in use") {
+			return nil, fmt.Errorf("kvd exited during start-up: %w\n%s", errPortTaken, log)
+		}
+		return nil, fmt.Errorf("kvd exited during start-up: %v\n%s", p.cmd.ProcessState, log)
+	case <-time.After(30 * time.Second):
+		return nil, fmt.Errorf("kvd did not report its addresses within 30s\n%s", p.Log.String())
+	}
+	return p, nil
+}
+
+// StartCluster starts n members (n1…nN) of one new cluster on loopback, with
+// free peer ports, and returns once every member is ready.
+func StartCluster(t testing.TB, n int, extra ...string) []*Proc {
+	t.Helper()
+	// Peer ports are picked free and bound only later by kvd, so a parallel
+	// test can take one in between: start the cluster again on new ports.
+	for attempt := 1; ; attempt++ {
+		procs, err := startCluster(t, n, extra...)
+		if err == nil {
+			for _, p := range procs {
+				p.WaitReady()
+			}
+			return procs
+		}
+		if !errors.Is(err, errPortTaken) || attempt == 3 {
+			t.Fatal(err)
+		}
+		t.Logf("cluster start lost a port race (attempt %d); retrying on new ports", attempt)
+	}
+}
+
+func startCluster(t testing.TB, n int, extra ...string) ([]*Proc, error) {
+	t.Helper()
+	var members []string
+	for i := 1; i <= n; i++ {
+		members = append(members, fmt.Sprintf("n%d=%s", i, freeAddr(t)))
+	}
+	procs := make([]*Proc, 0, n)
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("n%d", i+1)
+		peer := strings.SplitN(members[i], "=", 2)[1]
+		args := append([]string{"--peer-addr", peer, "--initial-cluster", strings.Join(members, ",")}, extra...)
+		p, err := launch(t, filepath.Join(t.TempDir(), name), name, args...)
+		if err != nil {
+			for _, q := range procs {
+				q.Kill()
+			}
+			return nil, err
+		}
+		procs = append(procs, p)
+	}
+	return procs, nil
+}
+
+// FreeAddr returns a loopback address with a port free right now.
+func FreeAddr(t testing.TB) string { return freeAddr(t) }
+
+// freeAddr returns a loopback address with a port free right now.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// WaitReady polls /readyz until it answers 200.
+func (p *Proc) WaitReady() {
+	p.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + p.HTTPAddr + "/readyz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-p.exited:
+			p.t.Fatalf("kvd exited before it was ready\n%s", p.Log.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	p.t.Fatalf("kvd not ready after 30s\n%s", p.Log.String())
+}
+
+// Kill sends SIGKILL (no shutdown path runs) and waits for the exit.
+func (p *Proc) Kill() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
+}
+
+// Stop sends SIGTERM and waits for a clean exit, failing the test otherwise.
+func (p *Proc) Stop() {
+	p.t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		p.Kill()
+		p.t.Fatalf("kvd did not stop within 30s of SIGTERM\n%s", p.Log.String())
+	}
+	if !p.cmd.ProcessState.Success() {
+		p.t.Fatalf("kvd exited uncleanly after SIGTERM: %v\n%s", p.cmd.ProcessState, p.Log.String())
+	}
+}
+
+// Restart starts a new process on the same data dir with the same flags and
+// waits until it is ready.
+func (p *Proc) Restart() *Proc {
+	p.t.Helper()
+	q := Launch(p.t, p.DataDir, p.Name, p.extra...)
+	q.WaitReady()
+	return q
+}
+
+// GetJSON GETs http://httpAddr+path, requires a 200 and decodes the body
+// into v.
+func GetJSON(t testing.TB, httpAddr, path string, v any) {
+	t.Helper()
+	resp, err := http.Get("http://" + httpAddr + path)
+	if err != nil {
+		t.Fatalf("GET %s%s: %v", httpAddr, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s%s: %s", httpAddr, path, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s%s: decode: %v", httpAddr, path, err)
+	}
+}
+
+// Context returns a context for the test's remaining time budget.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

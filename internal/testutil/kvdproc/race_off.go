@@ -1,0 +1,5 @@
+//go:build !race
+
+package kvdproc
+
+const raceEnabled = false

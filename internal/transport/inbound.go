@@ -1,0 +1,142 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// readBufferSize is the bufio buffer of an inbound connection; frame bodies
+// get their own buffer, reused across frames up to retainBytes.
+const readBufferSize = 64 << 10
+
+// serveInbound runs one accepted connection: handshake, then frames until
+// the connection fails, breaks the protocol, or the transport closes. It is
+// the only goroutine that reads conn and it delivers to Handler.Step in
+// arrival order.
+func (t *TCP) serveInbound(conn net.Conn) {
+	defer t.wg.Done()
+	defer func() { <-t.inboundSlots }()
+	release := afterFunc(t.ctx, func() { conn.Close() })
+	defer release()
+	defer conn.Close()
+	remote := conn.RemoteAddr().String()
+
+	h, err := t.acceptHandshake(conn)
+	if err != nil {
+		if t.ctx.Err() == nil {
+			t.log.Warn("refused peer connection", "remote", remote, "err", err)
+		}
+		return
+	}
+	from := h.From
+	log := t.log.With("peer", from, "remote", remote)
+	if h.Flags == flagSnapshot {
+		// A snapshot stream is not the sender's message connection: it
+		// neither replaces nor is replaced by one.
+		t.snap.receive(conn, from, log)
+		return
+	}
+
+	t.mu.Lock()
+	if old := t.inbound[from]; old != nil {
+		old.Close() // the peer reconnected; its old reader exits
+	}
+	t.inbound[from] = conn
+	counters := t.counters[from] // nil for a sender we do not send to
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		if t.inbound[from] == conn {
+			delete(t.inbound, from)
+		}
+		t.mu.Unlock()
+	}()
+	log.Debug("accepted peer connection")
+
+	err = t.readFrames(conn, from, counters, log)
+	switch {
+	case t.ctx.Err() != nil, errors.Is(err, net.ErrClosed):
+	case errors.Is(err, errProtocol):
+		log.Warn("closing peer connection", "err", err)
+	case errors.Is(err, io.EOF):
+		log.Debug("peer closed its connection")
+	default:
+		log.Debug("peer connection failed", "err", err)
+	}
+}
+
+// acceptHandshake reads the hello within DialTimeout, answers it, and
+// returns the sender's ID if it was accepted.
+func (t *TCP) acceptHandshake(conn net.Conn) (hello, error) {
+	conn.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
+	h, err := readHello(conn)
+	if err != nil {
+		return hello{}, fmt.Errorf("reading handshake: %w", err)
+	}
+	checked := h
+	if h.Flags == flagSnapshot && t.snap != nil {
+		checked.Flags = 0 // the one flag we understand, when streaming is on
+	}
+	status := checked.check(t.cfg.ClusterID, t.cfg.LocalID)
+	resp := response{Version: ProtocolVersion, Status: status, ClusterID: t.cfg.ClusterID, ID: t.cfg.LocalID}
+	if _, err := conn.Write(resp.marshal()); err != nil {
+		return hello{}, fmt.Errorf("answering handshake: %w", err)
+	}
+	if status != statusOK {
+		return hello{}, fmt.Errorf("%s: sender %d (version %d, cluster ID %d, addressed node %d); we are node %d of cluster %d",
+			statusText(status), h.From, h.Version, h.ClusterID, h.To, t.cfg.LocalID, t.cfg.ClusterID)
+	}
+	conn.SetDeadline(time.Time{})
+	return h, nil
+}
+
+// readFrames steps every message of every frame, in order, until an error.
+// A message not addressed from the handshake's sender to this node is a
+// protocol violation.
+func (t *TCP) readFrames(conn net.Conn, from uint64, c *peerCounters, log *slog.Logger) error {
+	br := bufio.NewReaderSize(conn, readBufferSize)
+	var buf []byte
+	step := func(m *pb.Message) error {
+		if m.GetFrom() != from || m.GetTo() != t.cfg.LocalID {
+			return fmt.Errorf("%w: %s from %d to %d on the connection of %d to %d",
+				errProtocol, m.GetType(), m.GetFrom(), m.GetTo(), from, t.cfg.LocalID)
+		}
+		if m.GetType() == pb.MsgSnap && t.snap != nil {
+			// Its state would be missing: with streaming on, a MsgSnap
+			// arrives only with its files, on a snapshot stream.
+			return fmt.Errorf("%w: MsgSnap on a message connection", errProtocol)
+		}
+		if c != nil {
+			c.received.Add(1)
+		}
+		if err := t.h.Step(t.ctx, m); err != nil {
+			if t.ctx.Err() != nil {
+				return t.ctx.Err()
+			}
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+				log.Debug("step failed", "type", m.GetType(), "err", err)
+			}
+		}
+		return nil
+	}
+	for {
+		body, err := readFrame(br, &buf)
+		if err != nil {
+			return err
+		}
+		if err := decodeFrame(body, step); err != nil {
+			return err
+		}
+		if cap(buf) > retainBytes {
+			buf = nil
+		}
+	}
+}
