@@ -38,8 +38,17 @@ function cell(tr, text, cls) {
   tr.appendChild(td);
 }
 
+// The table is rebuilt only when what it shows changes: rebuilding it on every
+// poll replaced a button between a user's mouse-down and mouse-up, and the
+// click was lost.
+let membersShown = "";
+
 function renderMembers(cluster) {
   const body = $("members").querySelector("tbody");
+  const shown = JSON.stringify([cluster.leader || "", (cluster.members || []).map((m) =>
+    [m.self, m.id, m.name, m.kind, m.role, m.health, m.http_addr, m.memcache_addr])]);
+  if (shown === membersShown) return;
+  membersShown = shown;
   const rows = [];
   for (const m of cluster.members || []) {
     const tr = document.createElement("tr");
@@ -109,8 +118,12 @@ function confirmAction(a) {
 }
 
 async function runAction() {
+  // The dialog's own state says whether an action is awaiting confirmation.
+  // A "close" listener that cleared pendingAction raced with a dialog
+  // reopened right after a cancel: the queued close event of the first
+  // dialog wiped the second one's action, and Confirm did nothing.
   const a = pendingAction;
-  if (!a) return;
+  if (!a || !$("confirm").open) return;
   const ok = $("confirm-ok");
   ok.disabled = true;
   try {
@@ -143,7 +156,6 @@ function showMessage(text, cls) {
 
 function initActions() {
   $("confirm-ok").addEventListener("click", runAction);
-  $("confirm").addEventListener("close", () => { pendingAction = null; });
   $("transfer-any").addEventListener("click", () => confirmAction({
     title: "Transfer leadership?",
     text: "The leader hands over to the member the server picks (the most caught-up follower). Writes pause for about one round trip.",
