@@ -19,6 +19,7 @@ type nodeCollector struct {
 	hasLeader, isLeader, ready, term, commit, applied, leaderChanges, pending *prometheus.Desc
 	members, role                                                             *prometheus.Desc
 	proposalsApplied, proposalsFailed                                         *prometheus.Desc
+	leaseReads                                                                *prometheus.Desc
 	// raft log
 	fsync, firstIndex, lastIndex, diskReads, tailEntries, tailBytes *prometheus.Desc
 	// fsm and storage
@@ -48,6 +49,7 @@ func newNodeCollector(src Sources, requests *requestCounts) *nodeCollector {
 		pending:          desc("raft", "proposals_pending", "Proposals waiting for their entry to be applied."),
 		proposalsApplied: desc("raft", "proposals_applied_total", "Proposals made on this node that were committed and applied."),
 		proposalsFailed:  desc("raft", "proposals_failed_total", "Proposals made on this node that failed: refused (busy, no leader), timed out, or of unknown outcome after a leader change."),
+		leaseReads:       desc("raft", "lease_read_batches_total", "Read batches in --read-consistency=lease mode on this node, by how they were answered: lease (from the leader's read lease) or read_index (a ReadIndex round).", "via"),
 		members:          desc("raft", "members", "Members of the raft configuration, by kind (voter, learner).", "kind"),
 		role:             desc("raft", "role", "1 for this node's current raft role, 0 for the others.", "role"),
 
@@ -86,7 +88,7 @@ func newNodeCollector(src Sources, requests *requestCounts) *nodeCollector {
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.hasLeader, c.isLeader, c.ready, c.term, c.commit, c.applied, c.leaderChanges, c.pending, c.members, c.role,
-		c.proposalsApplied, c.proposalsFailed,
+		c.proposalsApplied, c.proposalsFailed, c.leaseReads,
 		c.fsync, c.firstIndex, c.lastIndex, c.diskReads, c.tailEntries, c.tailBytes,
 		c.fsmApplied, c.diskUsage, c.items, c.valueBytes, c.compactionDebt, c.cacheHits, c.cacheMisses,
 		c.conns, c.connsTotal, c.connsRejected, c.commands, c.commandDuration, c.readBytes, c.writtenBytes, c.serverErrors, c.stored,
@@ -126,6 +128,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.pending, float64(st.Pending))
 	counter(c.proposalsApplied, float64(st.ProposalsApplied))
 	counter(c.proposalsFailed, float64(st.ProposalsFailed))
+	counter(c.leaseReads, float64(st.LeaseReads), "lease")
+	counter(c.leaseReads, float64(st.LeaseFallbacks), "read_index")
 	gauge(c.members, float64(len(st.Voters)), "voter")
 	gauge(c.members, float64(len(st.Learners)), "learner")
 	for _, r := range raftRoles {

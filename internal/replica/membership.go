@@ -241,6 +241,7 @@ func (r *Replica) Progress() map[NodeID]Progress {
 // progress and promotes learners that have caught up.
 func (r *Replica) onTick() {
 	r.ticks++
+	r.renewLease()
 	if r.rn.BasicStatus().RaftState != raft.StateLeader {
 		if r.progress.Load() != nil {
 			r.progress.Store(nil)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"sort"
 	"sync"
+	"time"
 )
 
 // readBatcher turns many concurrent linearizable reads into one ReadIndex
@@ -16,8 +17,16 @@ type readBatcher struct {
 
 	// Owned by the Ready loop goroutine.
 	nextID   uint64
-	inflight map[uint64][]chan error // request ctx → readers
+	inflight map[uint64]inflightRead // request ctx → readers
 	ready    []readyBatch            // read index known, waiting for apply
+}
+
+// inflightRead is one ReadIndex request raft has not answered yet. Its send
+// time and term let an answer on the leader extend the read lease.
+type inflightRead struct {
+	readers []chan error
+	sentAt  time.Time
+	term    uint64
 }
 
 type readyBatch struct {
@@ -26,7 +35,7 @@ type readyBatch struct {
 }
 
 func newReadBatcher() *readBatcher {
-	return &readBatcher{inflight: make(map[uint64][]chan error)}
+	return &readBatcher{inflight: make(map[uint64]inflightRead)}
 }
 
 func (b *readBatcher) join() chan error {
@@ -37,34 +46,50 @@ func (b *readBatcher) join() chan error {
 	return ch
 }
 
-// take closes the open batch; it returns the request context for raft, or
-// nil when nobody is waiting.
-func (b *readBatcher) take() []byte {
+// take closes the open batch and returns its readers (none when nobody is
+// waiting).
+func (b *readBatcher) take() []chan error {
 	b.mu.Lock()
 	readers := b.open
 	b.open = nil
 	b.mu.Unlock()
-	if len(readers) == 0 {
-		return nil
-	}
+	return readers
+}
+
+// request registers a ReadIndex request for readers (none for a lease
+// renewal) and returns its context for raft.
+func (b *readBatcher) request(readers []chan error, sentAt time.Time, term uint64) []byte {
 	b.nextID++
-	b.inflight[b.nextID] = readers
+	b.inflight[b.nextID] = inflightRead{readers: readers, sentAt: sentAt, term: term}
 	return binary.BigEndian.AppendUint64(nil, b.nextID)
 }
 
-// indexKnown records raft's answer for one request.
-func (b *readBatcher) indexKnown(rctx []byte, index uint64) {
+// serveAt releases readers once index is applied, with no request to raft:
+// the leader's lease vouches for index.
+func (b *readBatcher) serveAt(index uint64, readers []chan error) {
+	b.add(readyBatch{index: index, readers: readers})
+}
+
+func (b *readBatcher) add(rb readyBatch) {
+	b.ready = append(b.ready, rb)
+	sort.Slice(b.ready, func(i, j int) bool { return b.ready[i].index < b.ready[j].index })
+}
+
+// indexKnown records raft's answer for one request and returns the request.
+func (b *readBatcher) indexKnown(rctx []byte, index uint64) (inflightRead, bool) {
 	if len(rctx) != 8 {
-		return
+		return inflightRead{}, false
 	}
 	id := binary.BigEndian.Uint64(rctx)
-	readers, ok := b.inflight[id]
+	req, ok := b.inflight[id]
 	if !ok {
-		return
+		return inflightRead{}, false
 	}
 	delete(b.inflight, id)
-	b.ready = append(b.ready, readyBatch{index: index, readers: readers})
-	sort.Slice(b.ready, func(i, j int) bool { return b.ready[i].index < b.ready[j].index })
+	if len(req.readers) > 0 {
+		b.add(readyBatch{index: index, readers: req.readers})
+	}
+	return req, true
 }
 
 // applied releases every batch whose read index is at or below applied.
@@ -82,8 +107,8 @@ func (b *readBatcher) applied(applied uint64) {
 // failInflight ends requests raft may have dropped (leader change): their
 // readers retry with a fresh request. Batches whose index is known stay.
 func (b *readBatcher) failInflight(err error) {
-	for id, readers := range b.inflight {
-		for _, ch := range readers {
+	for id, req := range b.inflight {
+		for _, ch := range req.readers {
 			ch <- err
 		}
 		delete(b.inflight, id)

@@ -103,8 +103,9 @@ type Config struct {
 	TickInterval time.Duration
 	// ElectionTicks and HeartbeatTicks are in ticks.
 	ElectionTicks, HeartbeatTicks int
-	// LeaseReads serves ReadBarrier from the leader's lease (CheckQuorum)
-	// instead of a heartbeat round.
+	// LeaseReads lets the leader serve ReadBarrier from a read lease earned
+	// by quorum-acknowledged heartbeat rounds (lease.go) instead of a round
+	// per batch of reads.
 	LeaseReads bool
 	// CompactEvery is how many applied entries pass between log compactions;
 	// CompactKeep entries behind the applied index are kept for slow followers.
@@ -163,6 +164,9 @@ type Status struct {
 	// ProposalsApplied and ProposalsFailed count this node's proposals by
 	// outcome since it started.
 	ProposalsApplied, ProposalsFailed uint64
+	// LeaseReads counts read batches the leader answered from its lease;
+	// LeaseFallbacks, those in lease mode that needed a ReadIndex round.
+	LeaseReads, LeaseFallbacks uint64
 }
 
 // report is a transport's word about a peer, handed to raft in the loop.
@@ -196,6 +200,7 @@ type Replica struct {
 
 	waits *waitRegistry
 	reads *readBatcher
+	lease readLease // owned by the Ready loop
 
 	status atomic.Pointer[Status]
 	errMu  sync.Mutex
@@ -277,9 +282,6 @@ func Start(cfg Config, log LogStore, sm StateMachine, tr Transport, logger *slog
 		Logger:                    newRaftLogger(logger),
 		StepDownOnRemoval:         true,
 	}
-	if cfg.LeaseReads {
-		rcfg.ReadOnlyOption = raft.ReadOnlyLeaseBased
-	}
 	rn, err := raft.NewRawNode(rcfg)
 	if err != nil {
 		return nil, fmt.Errorf("start raft: %w", err)
@@ -295,6 +297,7 @@ func Start(cfg Config, log LogStore, sm StateMachine, tr Transport, logger *slog
 		done:        make(chan struct{}),
 		waits:       newWaitRegistry(),
 		reads:       newReadBatcher(),
+		lease:       readLease{dur: leaseDuration(cfg)},
 		confState:   proto.Clone(cs).(*pb.ConfState),
 		lastCompact: compacted,
 		startCommit: hs.GetCommit(),
@@ -514,8 +517,8 @@ func (r *Replica) run() {
 		case <-r.stopc:
 			return
 		}
-		if rctx := r.reads.take(); rctx != nil {
-			r.rn.ReadIndex(rctx)
+		if readers := r.reads.take(); len(readers) > 0 {
+			r.readIndex(readers)
 		}
 		for r.rn.HasReady() {
 			if err := r.handleReady(r.rn.Ready()); err != nil {
@@ -525,6 +528,32 @@ func (r *Replica) run() {
 		}
 		r.publishStatus()
 	}
+}
+
+// readIndex finds the index a batch of readers must wait for: the commit
+// index, when the leader's lease covers it, or else raft's answer to a
+// ReadIndex round (which renews the lease).
+func (r *Replica) readIndex(readers []chan error) {
+	now := time.Now()
+	st := r.rn.BasicStatus()
+	if index, ok := r.lease.valid(now, st); ok {
+		r.reads.serveAt(index, readers)
+		r.reads.applied(r.sm.AppliedIndex())
+		return
+	}
+	r.rn.ReadIndex(r.reads.request(readers, now, st.GetTerm()))
+}
+
+// renewLease starts a ReadIndex round with no readers, so a lease in use is
+// extended before it runs out rather than after.
+func (r *Replica) renewLease() {
+	now := time.Now()
+	st := r.rn.BasicStatus()
+	if !r.lease.wantsRenewal(now, st) {
+		return
+	}
+	r.lease.renewAt = now
+	r.rn.ReadIndex(r.reads.request(nil, now, st.GetTerm()))
 }
 
 func (r *Replica) propose(p proposal) {
@@ -568,7 +597,9 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 			r.readyCommit = max(rs.Index, r.startCommit, 1)
 			continue
 		}
-		r.reads.indexKnown(rs.RequestCtx, rs.Index)
+		if req, ok := r.reads.indexKnown(rs.RequestCtx, rs.Index); ok {
+			r.lease.acknowledged(req, r.rn.BasicStatus())
+		}
 	}
 	r.reads.applied(r.sm.AppliedIndex())
 	// 1. Persist.
@@ -585,11 +616,8 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 		}
 	}
 	// 2. Send.
-	if len(rd.Messages) > 0 {
-		if r.tr == nil {
-			return fmt.Errorf("raft produced %d messages for peers but this node has no transport", len(rd.Messages))
-		}
-		r.tr.Send(rd.Messages)
+	if err := r.send(rd.Messages); err != nil {
+		return err
 	}
 	// 3. Apply.
 	if len(rd.CommittedEntries) > 0 {
@@ -600,6 +628,18 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 	r.reads.applied(r.sm.AppliedIndex())
 	// 4. Advance.
 	r.rn.Advance(rd)
+	return nil
+}
+
+func (r *Replica) send(msgs []*pb.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if r.tr == nil {
+		return fmt.Errorf("raft produced %d messages for peers but this node has no transport", len(msgs))
+	}
+	r.lease.sawMessages(msgs, r.rn.BasicStatus().GetTerm())
+	r.tr.Send(msgs)
 	return nil
 }
 
@@ -696,15 +736,17 @@ func (r *Replica) maybeCompact() error {
 func (r *Replica) publishStatus() {
 	st := r.rn.BasicStatus() // Status() would copy every peer's progress: too dear per iteration
 	s := &Status{
-		ID:            NodeID(st.ID),
-		Leader:        NodeID(st.Lead),
-		Term:          st.GetTerm(),
-		Role:          roleName(st.RaftState),
-		Commit:        st.GetCommit(),
-		Applied:       r.sm.AppliedIndex(),
-		LeaderChanges: r.leaderChanges,
-		Pending:       r.waits.len(),
-		Removed:       r.removed,
+		ID:             NodeID(st.ID),
+		Leader:         NodeID(st.Lead),
+		Term:           st.GetTerm(),
+		Role:           roleName(st.RaftState),
+		Commit:         st.GetCommit(),
+		Applied:        r.sm.AppliedIndex(),
+		LeaderChanges:  r.leaderChanges,
+		Pending:        r.waits.len(),
+		Removed:        r.removed,
+		LeaseReads:     r.lease.served,
+		LeaseFallbacks: r.lease.fallback,
 	}
 	for _, v := range r.confState.GetVoters() {
 		s.Voters = append(s.Voters, NodeID(v))

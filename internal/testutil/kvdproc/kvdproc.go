@@ -235,6 +235,13 @@ func (p *Proc) WaitReady() {
 	p.t.Fatalf("kvd not ready after 30s\n%s", p.Log.String())
 }
 
+// PID is the process ID, for reading /proc/PID (memory use in overload
+// tests) and for signalling it directly.
+func (p *Proc) PID() int { return p.cmd.Process.Pid }
+
+// Exited is closed once the process has exited; ExitCode then says how.
+func (p *Proc) Exited() <-chan struct{} { return p.exited }
+
 // Kill sends SIGKILL (no shutdown path runs) and waits for the exit.
 func (p *Proc) Kill() {
 	select {
@@ -244,6 +251,23 @@ func (p *Proc) Kill() {
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.exited
+}
+
+// Pause stops the process with SIGSTOP: it holds its sockets and state but
+// runs nothing, as in a long GC pause or a stalled VM, until Resume.
+func (p *Proc) Pause() {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		p.t.Fatalf("SIGSTOP %s: %v", p.Name, err)
+	}
+}
+
+// Resume continues a paused process with SIGCONT.
+func (p *Proc) Resume() {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		p.t.Fatalf("SIGCONT %s: %v", p.Name, err)
+	}
 }
 
 // Stop sends SIGTERM and waits for a clean exit, failing the test otherwise.
