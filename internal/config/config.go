@@ -54,6 +54,11 @@ type Config struct {
 	// MaxConnections bounds concurrent memcache connections; one more is
 	// answered "ERROR Too many open connections" and closed. Default 4096.
 	MaxConnections int `yaml:"max-connections"`
+	// MaxPending bounds writes proposed to the raft log and not yet applied
+	// on this node; one more is refused at once ("SERVER_ERROR busy: too
+	// many requests in flight", HTTP 503 busy) instead of queueing without
+	// bound. Default 16384; at least 1.
+	MaxPending int `yaml:"max-pending"`
 	// RequestTimeout bounds every request from arrival to reply; without a
 	// quorum, requests fail with SERVER_ERROR after it. Default 5s.
 	RequestTimeout time.Duration `yaml:"request-timeout"`
@@ -76,6 +81,13 @@ type Config struct {
 	// log; one further behind is sent a snapshot (etcd's
 	// --snapshot-catchup-entries). Default 5000; at least 1.
 	SnapshotCatchupEntries uint64 `yaml:"snapshot-catchup-entries"`
+	// MinFreeDisk is the free space (bytes; k/m/g suffixes) below which the
+	// data dir's filesystem counts as full: writes that add data are refused
+	// ("SERVER_ERROR out of memory storing object", HTTP 507) while reads,
+	// deletes and flush_all go on, until space is back (checked every
+	// second). A write the raft log fails to persist stops the node, so
+	// this refuses them politely first. Default 64m; 0 turns it off.
+	MinFreeDisk Size `yaml:"min-free-disk"`
 	// CacheSize is Pebble's block cache for the state store. Default 64m.
 	CacheSize Size `yaml:"cache-size"`
 	// ShutdownTimeout bounds the graceful drain on SIGTERM. Default 10s.
@@ -101,6 +113,7 @@ func Default() Config {
 		PeerAddr:               "127.0.0.1:11290",
 		MaxItemSize:            1 << 20,
 		MaxConnections:         4096,
+		MaxPending:             16384,
 		RequestTimeout:         5 * time.Second,
 		ReadConsistency:        "linearizable",
 		HeartbeatInterval:      50 * time.Millisecond,
@@ -108,6 +121,7 @@ func Default() Config {
 		SnapshotCount:          10000,
 		SnapshotCatchupEntries: 5000,
 		CacheSize:              64 << 20,
+		MinFreeDisk:            64 << 20,
 		ShutdownTimeout:        10 * time.Second,
 		LogLevel:               "info",
 	}
@@ -181,6 +195,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxConnections < 1 {
 		add("max-connections %d: must be at least 1", c.MaxConnections)
+	}
+	if c.MaxPending < 1 {
+		add("max-pending %d: must be at least 1", c.MaxPending)
 	}
 	if c.RequestTimeout <= 0 {
 		add("request-timeout %s: must be positive", c.RequestTimeout)

@@ -19,9 +19,10 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	c.ReadConsistency = "sometimes"
 	c.ElectionTimeout = c.HeartbeatInterval
 	c.InitialCluster = "other=127.0.0.1:1"
+	c.MaxPending = 0
 	err := c.Validate()
 	require.Error(t, err)
-	for _, want := range []string{"max-item-size", "read-consistency", "election-timeout", "does not name this member"} {
+	for _, want := range []string{"max-item-size", "read-consistency", "election-timeout", "does not name this member", "max-pending"} {
 		require.Contains(t, err.Error(), want)
 	}
 }

@@ -16,7 +16,7 @@ type Error struct {
 	// bad_flags, bad_ttl, bad_limit, bad_consistency, bad_precondition,
 	// not_found, method_not_allowed, precondition_failed, cas_mismatch,
 	// too_large, not_ready, no_leader, timeout, unknown_outcome, busy,
-	// shutting_down, internal.
+	// no_space, shutting_down, internal.
 	Code string `json:"code"`
 }
 
@@ -30,7 +30,8 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 // failErr answers an error from the kv service and returns the result label
 // for kvd_requests_total. Everything the service can report about the
 // cluster (no quorum, not ready, timeouts, overload, shutdown) is a 503: the
-// request may succeed on retry. Anything else is our fault: a 500, logged.
+// request may succeed on retry. A disk below --min-free-disk is a 507 until
+// space is freed. Anything else is our fault: a 500, logged.
 func (a *api) failErr(w http.ResponseWriter, r *http.Request, err error) string {
 	status, code, msg := http.StatusServiceUnavailable, "", ""
 	switch {
@@ -44,6 +45,8 @@ func (a *api) failErr(w http.ResponseWriter, r *http.Request, err error) string 
 		code, msg = "timeout", "request timed out"
 	case errors.Is(err, kv.ErrBusy):
 		code, msg = "busy", "too many requests in flight; retry later"
+	case errors.Is(err, kv.ErrNoSpace):
+		status, code, msg = http.StatusInsufficientStorage, "no_space", "the node's disk is nearly full: writes are refused until space is freed"
 	case errors.Is(err, kv.ErrStopped), errors.Is(err, context.Canceled):
 		code, msg = "shutting_down", "node is shutting down or the request was canceled"
 	default:
@@ -51,7 +54,7 @@ func (a *api) failErr(w http.ResponseWriter, r *http.Request, err error) string 
 		a.logger.Error("http request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	writeError(w, status, code, msg)
-	if status == http.StatusServiceUnavailable {
+	if status == http.StatusServiceUnavailable || status == http.StatusInsufficientStorage {
 		return "unavailable"
 	}
 	return "error"

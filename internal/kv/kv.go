@@ -83,6 +83,7 @@ type Service struct {
 	logger *slog.Logger
 	now    func() time.Time
 	nextID atomic.Uint64
+	space  *SpaceGuard // nil: free space is not watched
 }
 
 // New builds the service. now is the proposer's clock (time.Now in
@@ -101,6 +102,13 @@ func New(cfg Config, r Replica, store Store, logger *slog.Logger, now func() tim
 // Config returns the service configuration.
 func (s *Service) Config() Config { return s.cfg }
 
+// GuardSpace makes Submit refuse writes that add data while g says the disk
+// is low. Call it before serving.
+func (s *Service) GuardSpace(g *SpaceGuard) { s.space = g }
+
+// Space is the free-space guard, nil when there is none.
+func (s *Service) Space() *SpaceGuard { return s.space }
+
 // Call is a submitted write.
 type Call struct {
 	p        *replica.Pending
@@ -110,6 +118,9 @@ type Call struct {
 // Submit stamps, encodes and proposes c. Calls submitted from one goroutine
 // enter the log in submission order. The request timeout starts now.
 func (s *Service) Submit(ctx context.Context, c *command.Command) (*Call, error) {
+	if s.space != nil && s.space.Low() && !freesSpace(c.Op) {
+		return nil, ErrNoSpace
+	}
 	deadline := s.now().Add(s.cfg.RequestTimeout)
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()

@@ -30,6 +30,44 @@ type reply struct {
 	// done is closed once the calls are waited for (the reader's read barrier
 	// for this connection's own writes).
 	done chan struct{}
+	// budgeted is how much of the connection's reply budget buf holds,
+	// given back once it is written (or dropped).
+	budgeted int
+}
+
+// Get replies are streamed: the reader hands the writer a chunk of about
+// getChunk bytes at a time, and at most replyBudget bytes of them wait
+// ahead of the socket per connection (a single larger value passes alone).
+// A multi-get far larger than memory is then answered at the client's pace,
+// and a client that asks for one and reads nothing costs the server this
+// budget plus the socket buffers, not the reply.
+const (
+	getChunk    = 64 << 10
+	replyBudget = 1 << 20
+)
+
+// budget counts reply bytes queued but not yet written; the reader waits in
+// acquire while the writer is behind.
+type budget struct {
+	mu   sync.Mutex
+	cond sync.Cond
+	used int
+}
+
+func (b *budget) acquire(n int) {
+	b.mu.Lock()
+	for b.used > 0 && b.used+n > replyBudget {
+		b.cond.Wait()
+	}
+	b.used += n
+	b.mu.Unlock()
+}
+
+func (b *budget) release(n int) {
+	b.mu.Lock()
+	b.used -= n
+	b.mu.Unlock()
+	b.cond.Broadcast()
 }
 
 type conn struct {
@@ -38,6 +76,10 @@ type conn struct {
 	r     *mcproto.Reader
 	w     *bufio.Writer
 	queue chan *reply
+	// budget bounds get reply bytes in the queue; broken is set once the
+	// writer can no longer write, so that a get stops reading items.
+	budget budget
+	broken atomic.Bool
 
 	stopOnce  sync.Once
 	lastWrite *reply // the newest reply with calls; reads wait for it
@@ -79,7 +121,7 @@ func (s *Server) connID(nc net.Conn) uint64 {
 
 func (s *Server) newConn(nc net.Conn) *conn {
 	cc := countingConn{Conn: nc, s: s.stats}
-	return &conn{
+	c := &conn{
 		s:  s,
 		nc: nc,
 		r: mcproto.NewReader(cc, mcproto.Limits{
@@ -92,6 +134,8 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		id:    s.connID(nc),
 		addr:  nc.RemoteAddr().String(),
 	}
+	c.budget.cond.L = &c.budget.mu
+	return c
 }
 
 // stopReading makes the reader's blocked Read return so the connection can
@@ -178,30 +222,50 @@ func (c *conn) writeLoop() {
 		if rp.cmd != 0 {
 			c.s.stats.observe(rp.cmd, time.Since(c.s.stats.Started)-rp.start)
 		}
-		if broken {
-			continue // keep draining so the reader never blocks on us
-		}
-		if len(rp.buf) > 0 {
-			if _, err := c.w.Write(rp.buf); err != nil {
-				broken = true
-				c.stopReading()
-				continue
+		if !broken {
+			broken = c.writeReply(rp)
+			if broken {
+				c.broken.Store(true)
 			}
 		}
-		if rp.close || len(c.queue) == 0 {
-			if err := c.w.Flush(); err != nil {
-				broken = true
-				c.stopReading()
-			}
-		}
-		if rp.close {
-			broken = true
-			_ = c.nc.Close()
+		// Written or dropped, its bytes leave the queue: a dropped reply
+		// must free the budget too, so that the reader never waits on us.
+		if rp.budgeted > 0 {
+			c.budget.release(rp.budgeted)
 		}
 	}
 	if !broken {
 		_ = c.w.Flush()
 	}
+}
+
+// writeReply writes one reply, flushing at the end of a pipelined batch, and
+// reports whether the connection is done for writing.
+func (c *conn) writeReply(rp *reply) (broken bool) {
+	if len(rp.buf) > 0 {
+		if _, err := c.w.Write(rp.buf); err != nil {
+			c.stopReading()
+			return true
+		}
+	}
+	if rp.close || len(c.queue) == 0 {
+		if err := c.w.Flush(); err != nil {
+			c.stopReading()
+			return true
+		}
+	}
+	if rp.close {
+		_ = c.nc.Close()
+		return true
+	}
+	return false
+}
+
+// budgeted wraps part of a get reply, waiting until the connection's reply
+// budget has room for it.
+func (c *conn) budgeted(buf []byte) *reply {
+	c.budget.acquire(len(buf))
+	return &reply{buf: buf, budgeted: len(buf)}
 }
 
 func (c *conn) await(rp *reply) []byte {
@@ -264,6 +328,9 @@ func errorReply(dst []byte, err error) []byte {
 		return mcproto.AppendServerError(dst, "unavailable: no quorum or leader")
 	case errors.Is(err, kv.ErrBusy):
 		return mcproto.AppendServerError(dst, "busy: too many requests in flight")
+	case errors.Is(err, kv.ErrNoSpace):
+		// What memcached -M answers when it is full and may not evict.
+		return mcproto.AppendLine(dst, mcproto.MsgOutOfMemoryStore)
 	case errors.Is(err, kv.ErrUnknownOutcome):
 		return mcproto.AppendServerError(dst, "timeout: outcome unknown, the write may have been applied")
 	case errors.Is(err, kv.ErrTimeout):

@@ -22,7 +22,7 @@ func (c *conn) handle(req *mcproto.Request) *reply {
 	st := c.s.stats
 	switch req.Command {
 	case mcproto.CmdGet, mcproto.CmdGets:
-		return &reply{buf: c.get(req)}
+		return c.get(req)
 	case mcproto.CmdGat, mcproto.CmdGats:
 		return c.gat(req)
 	case mcproto.CmdSet, mcproto.CmdAdd, mcproto.CmdReplace, mcproto.CmdAppend, mcproto.CmdPrepend, mcproto.CmdCas:
@@ -47,7 +47,10 @@ func (c *conn) handle(req *mcproto.Request) *reply {
 				st.CasMisses.Add(1)
 				return append(dst, mcproto.ReplyNotFound...)
 			case kv.StatusTooLarge:
-				return mcproto.AppendLine(dst, mcproto.MsgOutOfMemoryStore)
+				// An append or prepend whose result would exceed the item
+				// size limit: memcached 1.6 fails to allocate the combined
+				// item and answers NOT_STORED, keeping the old value.
+				return append(dst, mcproto.ReplyNotStored...)
 			}
 			return unexpected(dst, r)
 		})
@@ -162,7 +165,7 @@ func statusResult(s kv.Status) Result {
 	switch s {
 	case kv.StatusStored:
 		return ResultStored
-	case kv.StatusNotStored:
+	case kv.StatusNotStored, kv.StatusTooLarge:
 		return ResultNotStored
 	case kv.StatusExists:
 		return ResultExists
@@ -179,30 +182,43 @@ func statusResult(s kv.Status) Result {
 	case kv.StatusNonNumeric:
 		return ResultClientError
 	}
-	return ResultServerError // too large (out of memory) or unexpected
+	return ResultServerError // unexpected
 }
 
 func unexpected(dst []byte, r kv.Result) []byte {
 	return mcproto.AppendServerError(dst, "unexpected result "+r.Status.String())
 }
 
-func (c *conn) get(req *mcproto.Request) []byte {
+// get answers a get or gets. The reply is streamed: every getChunk bytes
+// go to the writer as they are read (see replyBudget), and the returned
+// reply is the rest.
+func (c *conn) get(req *mcproto.Request) *reply {
 	c.waitOwnWrites()
 	st := c.s.stats
 	st.CmdGet.Add(uint64(len(req.Keys)))
 	if err := c.s.kv.Barrier(c.s.baseCtx, c.s.kv.Config().ReadConsistency); err != nil {
 		st.ServerErrors.Add(1)
 		st.count(req.Command, ResultServerError, 1)
-		return errorReply(nil, err)
+		return &reply{buf: errorReply(nil, err)}
 	}
 	withCAS := req.Command == mcproto.CmdGets
 	var buf []byte
 	for _, k := range req.Keys {
+		if len(buf) >= getChunk {
+			c.queue <- c.budgeted(buf)
+			buf = nil
+		}
+		if c.broken.Load() {
+			return &reply{} // nobody will read the rest
+		}
 		it, ok, err := c.s.kv.Get(k)
 		if err != nil {
+			// Values already streamed cannot be taken back; the error
+			// ends the reply in their place of END, as memcached does
+			// when it fails midway through a multi-get.
 			st.ServerErrors.Add(1)
 			st.count(req.Command, ResultServerError, 1)
-			return errorReply(nil, err)
+			return &reply{buf: errorReply(buf, err)}
 		}
 		if !ok {
 			st.GetMisses.Add(1)
@@ -213,7 +229,7 @@ func (c *conn) get(req *mcproto.Request) []byte {
 		st.count(req.Command, ResultHit, 1)
 		buf = mcproto.AppendValue(buf, k, it.Flags, it.Value, it.CAS, withCAS)
 	}
-	return mcproto.AppendEnd(buf)
+	return c.budgeted(mcproto.AppendEnd(buf))
 }
 
 // gat touches every key through the log (it changes expiry) and returns the
@@ -299,6 +315,16 @@ func (c *conn) statsGeneral() []byte {
 	u("total_items", st.TotalItems.Load())
 	u("bytes", uint64(max(store.Bytes, 0)))
 	u("evictions", 0) // kvd never evicts: a full store is an error, not a silent drop
+	if g := c.s.kv.Space(); g != nil {
+		// kvd's own: free space of the data dir, and 1 while writes are
+		// refused for lack of it (--min-free-disk).
+		u("disk_free_bytes", g.Free())
+		low := uint64(0)
+		if g.Low() {
+			low = 1
+		}
+		u("disk_full", low)
+	}
 	u("raft_term", status.Term)
 	u("raft_commit_index", status.Commit)
 	u("raft_applied_index", status.Applied)

@@ -109,6 +109,7 @@ func Start(cfg config.Config, logger *slog.Logger) (n *Node, err error) {
 		LeaseReads:     cfg.ReadConsistency == "lease",
 		CompactEvery:   cfg.SnapshotCount,
 		CompactKeep:    cfg.SnapshotCatchupEntries,
+		MaxPending:     cfg.MaxPending,
 	}
 	if cfg.Join != "" && n.log.IsEmpty() && !exists(filepath.Join(cfg.DataDir, membershipFile)) {
 		n.adv.peer = advertise(cfg.AdvertisePeerAddr, cfg.PeerAddr)
@@ -163,6 +164,14 @@ func Start(cfg config.Config, logger *slog.Logger) (n *Node, err error) {
 	var sweepCtx context.Context
 	sweepCtx, n.stopSweep = context.WithCancel(context.Background())
 	go n.kv.RunExpirySweeper(sweepCtx)
+	// Refuse writes politely while the disk is nearly full: a write the
+	// raft log cannot persist stops the node.
+	if free := freeSpace(cfg.DataDir); cfg.MinFreeDisk > 0 && free != nil {
+		g := kv.NewSpaceGuard(uint64(cfg.MinFreeDisk), free, logger.With("component", "disk"))
+		g.Check()
+		n.kv.GuardSpace(g)
+		go g.Run(sweepCtx, time.Second)
+	}
 	var watchCtx context.Context
 	watchCtx, n.stopWatch = context.WithCancel(context.Background())
 
