@@ -127,4 +127,3 @@ func TestLeaseReadsFollowWrites(t *testing.T) {
 	lead := leaderOf(t, procs)
 	require.Greater(t, leaseBatches(t, procs[lead].HTTPAddr, "lease"), 0.0)
 }
-
