@@ -40,6 +40,7 @@ fuzz: ## every fuzz target for FUZZTIME each (seed corpora in each package's tes
 	$(GO) test -run '^$$' -fuzz '^FuzzReadSnapshotStream$$' -fuzztime $(FUZZTIME) ./internal/transport/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./internal/httpapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME) ./internal/raftlog/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/failpoint/
 
 bench: ## Go micro-benchmarks (server comparisons: bench/compare.sh)
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...

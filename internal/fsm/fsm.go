@@ -29,6 +29,7 @@ import (
 
 	"github.com/kvd-project/kvd/internal/command"
 	"github.com/kvd-project/kvd/internal/durable"
+	"github.com/kvd-project/kvd/internal/failpoint"
 )
 
 // Status is the outcome of one applied command, in memcached's vocabulary.
@@ -345,9 +346,11 @@ func (f *FSM) Apply(ents []Entry) ([]Result, error) {
 			return nil, fmt.Errorf("apply: write %q: %w", m.key, err)
 		}
 	}
+	failpoint.Hit(failpoint.FSMBeforeApply)
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return nil, fmt.Errorf("apply: commit batch: %w", err)
 	}
+	failpoint.Hit(failpoint.FSMAfterApply)
 	f.items.Store(st.items)
 	f.bytes.Store(st.bytes)
 	f.flushAt.Store(st.flushAt)

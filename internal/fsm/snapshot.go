@@ -9,6 +9,8 @@ import (
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/kvd-project/kvd/internal/failpoint"
 )
 
 // A snapshot of the state store is a Pebble checkpoint: Checkpoint writes one
@@ -137,6 +139,7 @@ func (f *FSM) InstallSnapshot(src string, minApplied uint64) error {
 	if err := syncDir(fs, filepath.Dir(f.dir)); err != nil {
 		return fmt.Errorf("install snapshot: %w", err)
 	}
+	failpoint.Hit(failpoint.SnapshotInstall)
 	if err := fs.Rename(src, f.dir); err != nil {
 		return fmt.Errorf("install snapshot: move received state in place: %w", err)
 	}
@@ -160,6 +163,7 @@ func (f *FSM) InstallSnapshot(src string, minApplied uint64) error {
 		// next Open removes it.
 		f.logger.Warn("could not remove the replaced state store", "dir", replaced, "err", err)
 	}
+	failpoint.Hit(failpoint.SnapshotInstalled)
 	f.logger.Info("installed state store snapshot", "applied", meta.applied, "previous_applied", prev, "items", meta.items)
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kvd-project/kvd/internal/failpoint"
 )
 
 // Save persists hs (unless empty) and ents in one Pebble batch committed
@@ -75,9 +77,11 @@ func (l *Log) Save(hs *pb.HardState, ents []*pb.Entry) error {
 			return fmt.Errorf("raftlog: save hard state: %w", err)
 		}
 	}
+	failpoint.Hit(failpoint.RaftlogBeforeSync)
 	if err := l.commit(b); err != nil {
 		return fmt.Errorf("raftlog: save entries: %w", err)
 	}
+	failpoint.Hit(failpoint.RaftlogAfterSync)
 
 	if len(ents) > 0 {
 		l.cache.append(cached)

@@ -19,6 +19,8 @@ import (
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kvd-project/kvd/internal/failpoint"
 )
 
 // SnapshotSource is the local state store as the snapshot sender sees it
@@ -391,6 +393,7 @@ func writeSnapshotStream(w io.Writer, m *pb.Message, dir string, files []string)
 			return 0, fmt.Errorf("file %s: %w", name, err)
 		}
 		total += n
+		failpoint.Hit(failpoint.SnapshotSend)
 	}
 	end := make([]byte, 0, 13)
 	end = append(end, snapTagEnd)
@@ -554,6 +557,7 @@ func readSnapshotStream(r io.Reader, sink fileSink) (*pb.Message, streamSummary,
 			}
 			sum.files++
 			sum.bytes += n
+			failpoint.Hit(failpoint.SnapshotReceive)
 		default:
 			return nil, sum, fmt.Errorf("%w: unknown record tag %#x", errProtocol, tag[0])
 		}

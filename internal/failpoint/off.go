@@ -1,0 +1,10 @@
+//go:build !failpoints || !unix
+
+package failpoint
+
+// Enabled reports whether this binary was built with failpoints.
+const Enabled = false
+
+// Hit marks a failpoint. Without the failpoints build tag it does nothing
+// and the compiler inlines it away.
+func Hit(string) {}
