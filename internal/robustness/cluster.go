@@ -39,6 +39,7 @@ type Node struct {
 	MemcacheAddr string
 	HTTPAddr     string
 	PeerAddr     string // the real listener, behind the proxy
+	ProxyAddr    string // the proxy in front of PeerAddr, which members dial ("" for one node)
 	args         []string
 	bin          string
 
@@ -46,6 +47,17 @@ type Node struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
 	paused bool
+	// nextEnv goes to the next launch only (SetNextEnv).
+	nextEnv []string
+}
+
+// SetNextEnv adds environment variables (KEY=value) to the node's next
+// launch only, e.g. KVD_FAILPOINTS to arm a failpoint: the launch after it
+// runs without them again.
+func (n *Node) SetNextEnv(env ...string) {
+	n.mu.Lock()
+	n.nextEnv = env
+	n.mu.Unlock()
 }
 
 // Cluster is the processes of one run and the network between them.
@@ -120,6 +132,7 @@ func startCluster(ctx context.Context, bin, dir string, size int, tm Timing, ext
 				_ = c.Net.Close()
 				return nil, err
 			}
+			n.ProxyAddr = pa
 			members = append(members, n.Name+"="+pa)
 		}
 	}
@@ -162,10 +175,14 @@ func (n *Node) launch() error {
 	if err != nil {
 		return fmt.Errorf("%s log: %w", n.Name, err)
 	}
-	fmt.Fprintf(logf, "\n==== robustness: start %s at %s ====\n", n.Name, time.Now().Format(time.RFC3339Nano))
+	n.mu.Lock()
+	env := n.nextEnv
+	n.nextEnv = nil
+	n.mu.Unlock()
+	fmt.Fprintf(logf, "\n==== robustness: start %s at %s %v ====\n", n.Name, time.Now().Format(time.RFC3339Nano), env)
 	cmd := exec.Command(n.bin, n.args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
+	cmd.Env = append(append(os.Environ(), "GORACE=halt_on_error=1"), env...)
 	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close()

@@ -23,15 +23,20 @@ type Fault struct {
 	Name string
 	// Sizes are the cluster sizes the fault applies to.
 	Sizes []int
+	// Args are extra `kvd serve` flags for every node of a run with this
+	// fault (e.g. small compaction settings); -kvd-args come after them and
+	// win.
+	Args []string
 	// Inject starts the fault. It may look up the leader (and fail if none
 	// shows up in time).
 	Inject func(ctx context.Context, e *Env) (heal func(ctx context.Context) error, err error)
 }
 
-// Faults returns the registry. New kinds (snapshot shipping to a lagging
-// follower, membership changes) become new entries here.
+// Faults returns the registry: the process and network faults below, then
+// the snapshot and membership faults (fault_cluster.go) and the failpoint
+// crashes (fault_failpoint.go).
 func Faults() []Fault {
-	return []Fault{
+	faults := []Fault{
 		{Name: "kill-leader", Sizes: []int{1, 3}, Inject: killOne(true)},
 		{Name: "kill-follower", Sizes: []int{3}, Inject: killOne(false)},
 		{Name: "kill-all", Sizes: []int{1, 3}, Inject: killAll},
@@ -43,6 +48,8 @@ func Faults() []Fault {
 		{Name: "delay-peers", Sizes: []int{3}, Inject: delayPeers},
 		{Name: "reset-peers", Sizes: []int{3}, Inject: resetPeers},
 	}
+	faults = append(faults, clusterFaults()...)
+	return append(faults, failpointFaults()...)
 }
 
 // FaultByName finds a registered fault.

@@ -1,6 +1,14 @@
 package robustness
 
-import "testing"
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+)
 
 func TestFaultRegistry(t *testing.T) {
 	seen := map[string]bool{}
@@ -18,5 +26,95 @@ func TestFaultRegistry(t *testing.T) {
 	}
 	if _, err := FaultByName("no-such-fault"); err == nil {
 		t.Error("an unknown fault name was accepted")
+	}
+}
+
+// TestClusterFaultsRegistered: the snapshot and membership faults are in
+// the registry, need three nodes, and the ones that need a compacted log
+// set small compaction flags.
+func TestClusterFaultsRegistered(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"snapshot-follower", []string{"--snapshot-count", "50", "--snapshot-catchup-entries", "50"}},
+		{"transfer-leader", nil},
+		{"replace-follower", []string{"--snapshot-count", "50", "--snapshot-catchup-entries", "50"}},
+	}
+	for _, tt := range tests {
+		f, err := FaultByName(tt.name)
+		if err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+			continue
+		}
+		if !slices.Equal(f.Sizes, []int{3}) {
+			t.Errorf("%s: sizes %v, want [3]", tt.name, f.Sizes)
+		}
+		if !slices.Equal(f.Args, tt.args) {
+			t.Errorf("%s: args %q, want %q", tt.name, f.Args, tt.args)
+		}
+	}
+}
+
+func TestConfigKVDArgs(t *testing.T) {
+	cfg := Config{Fault: Fault{Args: []string{"--snapshot-count", "50"}}, ExtraArgs: []string{"--snapshot-count", "7"}}
+	// The explicit -kvd-args come last, so they win.
+	if got, want := cfg.kvdArgs(), []string{"--snapshot-count", "50", "--snapshot-count", "7"}; !slices.Equal(got, want) {
+		t.Errorf("kvdArgs = %q, want %q", got, want)
+	}
+	if &cfg.kvdArgs()[0] == &cfg.Fault.Args[0] {
+		t.Error("kvdArgs aliases the fault's Args")
+	}
+}
+
+func TestJoinArgs(t *testing.T) {
+	tests := []struct {
+		name string
+		in   []string
+		want []string
+	}{
+		{
+			name: "founding member",
+			in:   []string{"serve", "--name", "n2", "--initial-cluster", "n1=a:1,n2=a:2", "--snapshot-count", "50"},
+			want: []string{"serve", "--name", "n2", "--snapshot-count", "50", "--join", "http://h:1", "--advertise-peer-addr", "p:2"},
+		},
+		{
+			name: "no initial cluster",
+			in:   []string{"serve", "--name", "n2"},
+			want: []string{"serve", "--name", "n2", "--join", "http://h:1", "--advertise-peer-addr", "p:2"},
+		},
+	}
+	for _, tt := range tests {
+		if got := joinArgs(tt.in, "http://h:1", "p:2"); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: joinArgs = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestMetric(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, "# HELP kvd_raft_snapshots_installed_total Snapshots.\n"+
+			"# TYPE kvd_raft_snapshots_installed_total counter\n"+
+			"kvd_raft_snapshots_installed_total_extra 9\n"+
+			"kvd_raft_snapshots_installed_total 2\n"+
+			"kvd_raft_snapshots_sent_total 1e+00\n")
+	}))
+	defer srv.Close()
+	c := &Cluster{http: srv.Client()}
+	n := &Node{Name: "n1", HTTPAddr: strings.TrimPrefix(srv.URL, "http://")}
+	tests := []struct {
+		metric  string
+		want    float64
+		wantErr bool
+	}{
+		{metricSnapInstalled, 2, false},
+		{metricSnapSent, 1, false},
+		{metricSnapReceived, 0, true},
+	}
+	for _, tt := range tests {
+		got, err := c.metric(context.Background(), n, tt.metric)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("metric(%s) = %v, %v; want %v, error %v", tt.metric, got, err, tt.want, tt.wantErr)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +43,12 @@ type Config struct {
 	// CheckTimeout bounds porcupine; Unknown after it is reported, not failed.
 	CheckTimeout time.Duration
 	Logf         func(format string, args ...any)
+}
+
+// kvdArgs are the extra `kvd serve` flags of the run: the fault's own, then
+// ExtraArgs, so that an explicit flag wins over the fault's default.
+func (cfg Config) kvdArgs() []string {
+	return slices.Concat(cfg.Fault.Args, cfg.ExtraArgs)
 }
 
 // Result is what a run found. Failures is empty when every check passed.
@@ -80,7 +87,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res := &Result{Fault: cfg.Fault.Name, Size: cfg.Size, Seed: cfg.Seed, Digests: map[string]string{}}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6b7664))
-	cl, err := StartCluster(ctx, cfg.Binary, cfg.Dir, cfg.Size, cfg.Timing, cfg.ExtraArgs...)
+	cl, err := StartCluster(ctx, cfg.Binary, cfg.Dir, cfg.Size, cfg.Timing, cfg.kvdArgs()...)
 	if err != nil {
 		return nil, fmt.Errorf("start a %d-node cluster: %w", cfg.Size, err)
 	}
@@ -224,7 +231,7 @@ func SaveArtifacts(out string, cfg Config, res *Result, repro string) error {
 		}
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "fault: %s\nnodes: %d\nseed: %d\nduration: %s\nclients: %d\nkvd flags: %v\n", res.Fault, res.Size, res.Seed, cfg.Duration, cfg.Clients, cfg.ExtraArgs)
+	fmt.Fprintf(&sb, "fault: %s\nnodes: %d\nseed: %d\nduration: %s\nclients: %d\nkvd flags: %v\n", res.Fault, res.Size, res.Seed, cfg.Duration, cfg.Clients, cfg.kvdArgs())
 	fmt.Fprintf(&sb, "ops: %+v\nporcupine: %s\napplied: %d\ndigests: %v\n\nfailures:\n", res.Stats, res.Verdict.Result, res.Applied, res.Digests)
 	for _, f := range res.Failures {
 		fmt.Fprintf(&sb, "  - %s\n", f)
