@@ -267,11 +267,12 @@ func Start(cfg Config, log LogStore, sm StateMachine, tr Transport, logger *slog
 		return nil, errors.New("start replica: the raft log cannot apply snapshots")
 	}
 	sm = newTrackedSM(sm, compacted)
+	storage := &snapshotStorage{LogStore: log}
 	rcfg := &raft.Config{
 		ID:                        uint64(cfg.ID),
 		ElectionTick:              cfg.ElectionTicks,
 		HeartbeatTick:             cfg.HeartbeatTicks,
-		Storage:                   snapshotStorage{log},
+		Storage:                   storage,
 		Applied:                   compacted,
 		MaxSizePerMsg:             1 << 20,
 		MaxCommittedSizePerReady:  64 << 20,
@@ -301,6 +302,9 @@ func Start(cfg Config, log LogStore, sm StateMachine, tr Transport, logger *slog
 		confState:   proto.Clone(cs).(*pb.ConfState),
 		lastCompact: compacted,
 		startCommit: hs.GetCommit(),
+	}
+	storage.point = func() (uint64, *pb.ConfState) {
+		return r.sm.AppliedIndex(), proto.Clone(r.confState).(*pb.ConfState)
 	}
 	r.publishStatus()
 	// A group of one need not wait an election timeout to lead itself.
@@ -688,8 +692,10 @@ func (r *Replica) applyConfChange(e *pb.Entry) (*ConfChange, error) {
 	switch c.GetType() {
 	case pb.ConfChangeAddLearnerNode:
 		out.Type = AddLearner
+		r.readded(out.ID)
 	case pb.ConfChangeAddNode:
 		out.Type = PromoteVoter
+		r.readded(out.ID)
 	case pb.ConfChangeRemoveNode:
 		out.Type = RemoveMember
 		if out.ID == r.cfg.ID {
@@ -703,6 +709,17 @@ func (r *Replica) applyConfChange(e *pb.Entry) (*ConfChange, error) {
 		r.waits.trigger(id, Outcome{})
 	}
 	return out, nil
+}
+
+// readded clears the removal of this member when a later entry adds it
+// back. A member rejoins under its old name, hence its old ID, and catches
+// up by replaying the log, old removal included: that removal is history,
+// not its fate (robustness fault replace-follower found the node stopping).
+func (r *Replica) readded(id NodeID) {
+	if id == r.cfg.ID && r.removed {
+		r.removed = false
+		r.logger.Info("this member was added back to the cluster")
+	}
 }
 
 // maybeCompact truncates the raft log behind the durably applied state, so
@@ -736,15 +753,18 @@ func (r *Replica) maybeCompact() error {
 func (r *Replica) publishStatus() {
 	st := r.rn.BasicStatus() // Status() would copy every peer's progress: too dear per iteration
 	s := &Status{
-		ID:             NodeID(st.ID),
-		Leader:         NodeID(st.Lead),
-		Term:           st.GetTerm(),
-		Role:           roleName(st.RaftState),
-		Commit:         st.GetCommit(),
-		Applied:        r.sm.AppliedIndex(),
-		LeaderChanges:  r.leaderChanges,
-		Pending:        r.waits.len(),
-		Removed:        r.removed,
+		ID:            NodeID(st.ID),
+		Leader:        NodeID(st.Lead),
+		Term:          st.GetTerm(),
+		Role:          roleName(st.RaftState),
+		Commit:        st.GetCommit(),
+		Applied:       r.sm.AppliedIndex(),
+		LeaderChanges: r.leaderChanges,
+		Pending:       r.waits.len(),
+		// A removal replayed while catching up (applied behind commit) may
+		// be followed by this member's re-addition: only a caught-up
+		// member that is still removed has really left.
+		Removed:        r.removed && r.sm.AppliedIndex() >= st.GetCommit(),
 		LeaseReads:     r.lease.served,
 		LeaseFallbacks: r.lease.fallback,
 	}

@@ -28,16 +28,35 @@ type snapshotLog interface {
 	ApplySnapshot(meta *pb.SnapshotMetadata) error
 }
 
-// snapshotStorage is the raft.Storage raft reads: the log, whose Snapshot is
-// its compaction point. A log that never compacted has nothing a follower
-// could be behind, and raft must never get an empty snapshot to send (it
-// panics on one).
-type snapshotStorage struct{ LogStore }
+// snapshotStorage is the raft.Storage raft reads. Its Snapshot describes the
+// state as of the applied index, with the configuration as of that index,
+// not the log's compaction point: a member added after the last compaction
+// is not in the compaction point's ConfState, and raft refuses a snapshot
+// that does not name the receiver, so a new member behind a compacted log
+// could not join until the next compaction (robustness fault
+// replace-follower found it). etcd snapshots at the applied index too. The
+// log keeps its entries; only the receiver's log starts at the snapshot.
+// Raft must never get an empty snapshot to send (it panics on one).
+type snapshotStorage struct {
+	LogStore
+	// point returns the applied index and the ConfState as of it; set once
+	// the replica exists, and called on the Ready loop (raft's goroutine).
+	point func() (uint64, *pb.ConfState)
+}
 
-func (s snapshotStorage) Snapshot() (*pb.Snapshot, error) {
+func (s *snapshotStorage) Snapshot() (*pb.Snapshot, error) {
 	snap, err := s.LogStore.Snapshot()
 	if err != nil {
 		return nil, err
+	}
+	if s.point != nil {
+		if idx, cs := s.point(); idx > snap.GetMetadata().GetIndex() {
+			term, err := s.LogStore.Term(idx)
+			if err != nil {
+				return nil, fmt.Errorf("snapshot at applied index %d: %w", idx, err)
+			}
+			return &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: &idx, Term: &term, ConfState: cs}}, nil
+		}
 	}
 	if raft.IsEmptySnap(snap) {
 		return nil, raft.ErrSnapshotTemporarilyUnavailable

@@ -54,14 +54,61 @@ type fixedSnapLog struct {
 func (l fixedSnapLog) Snapshot() (*pb.Snapshot, error) { return l.snap, nil }
 
 func TestSnapshotStorageNeverHandsRaftAnEmptySnapshot(t *testing.T) {
-	empty := snapshotStorage{fixedSnapLog{snap: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: proto.Uint64(0)}}}}
+	empty := &snapshotStorage{LogStore: fixedSnapLog{snap: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: proto.Uint64(0)}}}}
 	if _, err := empty.Snapshot(); !errors.Is(err, raft.ErrSnapshotTemporarilyUnavailable) {
 		t.Fatalf("empty snapshot: %v", err)
 	}
 	meta := &pb.SnapshotMetadata{Index: proto.Uint64(10), Term: proto.Uint64(2), ConfState: &pb.ConfState{Voters: []uint64{1}}}
-	s := snapshotStorage{fixedSnapLog{snap: &pb.Snapshot{Metadata: meta}}}
+	s := &snapshotStorage{LogStore: fixedSnapLog{snap: &pb.Snapshot{Metadata: meta}}}
 	got, err := s.Snapshot()
 	if err != nil || got.GetMetadata().GetIndex() != 10 || len(got.GetData()) != 0 {
 		t.Fatalf("snapshot %v, %v", got, err)
+	}
+}
+
+type termLog struct {
+	fixedSnapLog
+	terms map[uint64]uint64
+}
+
+func (l termLog) Term(i uint64) (uint64, error) {
+	t, ok := l.terms[i]
+	if !ok {
+		return 0, raft.ErrUnavailable
+	}
+	return t, nil
+}
+
+// A member added after the last compaction must be in the snapshot it is
+// sent, or raft on its side refuses the snapshot: the snapshot describes
+// the applied index and the configuration as of it.
+func TestSnapshotStorageDescribesTheAppliedIndex(t *testing.T) {
+	compaction := &pb.SnapshotMetadata{Index: proto.Uint64(10), Term: proto.Uint64(2), ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}}}
+	log := termLog{fixedSnapLog{snap: &pb.Snapshot{Metadata: compaction}}, map[uint64]uint64{10: 2, 25: 3}}
+	for _, tc := range []struct {
+		name      string
+		applied   uint64
+		wantIndex uint64
+		wantTerm  uint64
+		learners  []uint64
+	}{
+		{"applied past the compaction point", 25, 25, 3, []uint64{4}},
+		{"applied at the compaction point", 10, 10, 2, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := &pb.ConfState{Voters: []uint64{1, 2, 3}, Learners: []uint64{4}}
+			s := &snapshotStorage{LogStore: log, point: func() (uint64, *pb.ConfState) { return tc.applied, cs }}
+			got, err := s.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			md := got.GetMetadata()
+			if md.GetIndex() != tc.wantIndex || md.GetTerm() != tc.wantTerm {
+				t.Fatalf("snapshot at %d term %d, want %d term %d", md.GetIndex(), md.GetTerm(), tc.wantIndex, tc.wantTerm)
+			}
+			if got := md.GetConfState().GetLearners(); len(got) != len(tc.learners) {
+				t.Fatalf("learners %v, want %v", got, tc.learners)
+			}
+		})
 	}
 }

@@ -239,6 +239,9 @@ func (p *Proc) WaitReady() {
 // tests) and for signalling it directly.
 func (p *Proc) PID() int { return p.cmd.Process.Pid }
 
+// Exited is closed once the process has exited.
+func (p *Proc) Exited() <-chan struct{} { return p.exited }
+
 // Kill sends SIGKILL (no shutdown path runs) and waits for the exit.
 func (p *Proc) Kill() {
 	select {
