@@ -411,13 +411,13 @@ type memberView struct {
 // serve --join), then waits until it is a voter and ready. The final
 // checks read and digest it like any other node.
 //
-// Before the heal the survivors compact their logs past the removal, so
-// the new member is caught up from a snapshot. kvd derives a member's raft
-// ID from its name, and a member that replays the log entry of its own
-// earlier removal stops itself even though a later entry adds it again
-// (an open kvd bug; docs/robustness.md). Run this fault with
-// -kvd-args='--snapshot-count 100000 --snapshot-catchup-entries 100000'
-// to see it.
+// Both ways a new member catches up are drawn per run: the survivors
+// compact their logs past the removal first, so the new member is sent a
+// snapshot (which must name it, though the member was added after any
+// compaction), or not, so it may replay the log including its own earlier
+// removal (its raft ID comes from its name), which it must not take for
+// its fate. Writes go on while it joins, or not. Each of these once hit a
+// kvd bug (docs/robustness.md).
 func replaceFollower(ctx context.Context, e *Env) (func(context.Context) error, error) {
 	lead, err := pick(ctx, e, true)
 	if err != nil {
@@ -466,7 +466,12 @@ func replaceFollower(ctx context.Context, e *Env) (func(context.Context) error, 
 	if err := os.RemoveAll(f.DataDir); err != nil {
 		return nil, fmt.Errorf("wipe %s: %w", f.Name, err)
 	}
-	filled := fillPast(ctx, e, survivors, removedAt+snapshotLag)
+	compact, writeWhileJoining := e.Rng.IntN(2) == 0, e.Rng.IntN(2) == 0
+	filled := func(context.Context) error { return nil }
+	if compact {
+		filled = fillPast(ctx, e, survivors, removedAt+snapshotLag)
+	}
+	e.Logf("compact past the removal: %v; writes while %s joins: %v", compact, f.Name, writeWhileJoining)
 	return func(ctx context.Context) error {
 		if err := filled(ctx); err != nil {
 			return err
@@ -476,14 +481,13 @@ func replaceFollower(ctx context.Context, e *Env) (func(context.Context) error, 
 		if err := f.Restart(); err != nil {
 			return err
 		}
-		// Writes go on while it joins, as they would under traffic (which
-		// may have ended by now): the snapshot a leader sends is the one of
-		// its last compaction, and until a compaction after the member's
-		// addition its configuration lacks the member, so raft refuses it
-		// (an open kvd bug; docs/robustness.md).
 		stop := make(chan struct{})
 		writes := make(chan int, 1)
 		go func() {
+			if !writeWhileJoining {
+				writes <- 0
+				return
+			}
 			// About client traffic's write rate on a loaded machine, not flat out.
 			n, _ := fillUntil(ctx, e.Cluster, survivors, 5*time.Millisecond, func() bool {
 				select {
