@@ -293,14 +293,6 @@ func (n *Node) RemoveMember(ctx context.Context, name string, force bool) error 
 
 // TransferLeader implements httpapi.Admin.
 func (n *Node) TransferLeader(ctx context.Context, to string) (httpapi.MemberInfo, error) {
-	// Only the leader transfers. On a follower, raft would pass the request
-	// on as a MsgTransferLeader whose sender is the transferee, not this
-	// node, and the leader's transport drops the connection that carries it
-	// as a protocol violation: the transfer never happens. ErrNotLeader
-	// makes the HTTP API forward the request to the leader instead.
-	if st := n.rep.Status(); st.Leader != st.ID {
-		return httpapi.MemberInfo{}, kv.ErrNotLeader
-	}
 	var id replica.NodeID
 	if to != "" {
 		id = n.idOfName(to)

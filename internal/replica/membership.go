@@ -159,8 +159,8 @@ func removalSafe(st raft.Status, voters []uint64, id uint64) error {
 
 // TransferLeadership asks the leader to hand leadership to to (0: the most
 // caught-up voter) and waits until this node sees a leader other than the
-// one it started with, or ctx ends. It returns the new leader. On a
-// follower, raft forwards the request to the leader.
+// one it started with, or ctx ends. It returns the new leader. A follower
+// refuses with ErrNotLeader.
 func (r *Replica) TransferLeadership(ctx context.Context, to NodeID) (NodeID, error) {
 	var from NodeID
 	err := r.do(ctx, func() error {
@@ -169,11 +169,16 @@ func (r *Replica) TransferLeadership(ctx context.Context, to NodeID) (NodeID, er
 		if from == 0 {
 			return ErrNoLeader
 		}
+		// Only the leader transfers. On a follower raft would pass the
+		// request on as a MsgTransferLeader whose sender is the transferee,
+		// not this node, and the leader's transport drops the connection
+		// carrying it as a protocol violation: the transfer never happens.
+		// ErrNotLeader makes the HTTP API forward the request to the leader.
+		if st.RaftState != raft.StateLeader {
+			return ErrNotLeader
+		}
 		voters := r.confState.GetVoters()
 		if to == 0 {
-			if st.RaftState != raft.StateLeader {
-				return fmt.Errorf("%w: name the member to transfer to", ErrNotLeader)
-			}
 			to = NodeID(bestSuccessor(st, voters))
 			if to == 0 {
 				return errors.New("transfer leadership: no other voter to transfer to")
