@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -64,59 +61,6 @@ func artifactsRoot(t *testing.T) string {
 		t.Fatalf("artifacts dir: %v", err)
 	}
 	return d
-}
-
-var (
-	fpBuildOnce sync.Once
-	fpBuildPath string
-	fpBuildErr  error
-)
-
-// failpointBinary returns a kvd built with -tags failpoints (and -race if
-// this test is race-built), which the failpoint faults need; it is built
-// only when such a fault is selected. KVD_FAILPOINT_BIN names a prebuilt
-// one instead.
-func failpointBinary(t *testing.T) string {
-	t.Helper()
-	fpBuildOnce.Do(func() {
-		if p := os.Getenv("KVD_FAILPOINT_BIN"); p != "" {
-			fpBuildPath = p
-			return
-		}
-		dir, err := os.MkdirTemp("", "kvd-failpoints-bin-")
-		if err != nil {
-			fpBuildErr = err
-			return
-		}
-		fpBuildPath = filepath.Join(dir, "kvd")
-		args := []string{"build", "-tags", "failpoints", "-o", fpBuildPath}
-		if raceBuilt() {
-			args = append(args, "-race")
-		}
-		cmd := exec.Command("go", append(args, "./cmd/kvd")...)
-		cmd.Dir = filepath.Join("..", "..")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fpBuildErr = fmt.Errorf("go build -tags failpoints kvd: %v\n%s", err, out)
-		}
-	})
-	if fpBuildErr != nil {
-		t.Fatal(fpBuildErr)
-	}
-	return fpBuildPath
-}
-
-// raceBuilt reports whether this test binary was built with -race.
-func raceBuilt() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
 }
 
 // plan is one run's schedule, fixed by its seed.
@@ -199,7 +143,7 @@ func TestRobustness(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			bin := kvdproc.Binary(t)
 			if NeedsFailpoints(p.fault) {
-				bin = failpointBinary(t)
+				bin = kvdproc.FailpointBinary(t)
 			}
 			cfg := Config{
 				Binary: bin, Dir: t.TempDir(), Seed: p.seed, Fault: p.fault, Size: p.size,

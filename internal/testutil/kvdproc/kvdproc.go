@@ -25,42 +25,67 @@ import (
 	"time"
 )
 
-var (
-	buildOnce sync.Once
-	buildPath string
-	buildErr  error
-)
+// build is one kvd binary built at most once per test process.
+type build struct {
+	once sync.Once
+	path string
+	err  error
+}
 
-// Binary returns the path of a kvd binary built from this checkout.
+// builds has one entry per build tag set; its keys are fixed, so concurrent
+// tests only read the map.
+var builds = map[string]*build{"": {}, "failpoints": {}}
+
+// Binary returns the path of a kvd binary built from this checkout
+// (KVD_BIN names a prebuilt one instead).
 func Binary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		if p := os.Getenv("KVD_BIN"); p != "" {
-			buildPath = p
+	return builtBinary(t, "KVD_BIN", "")
+}
+
+// FailpointBinary returns a kvd built with -tags failpoints, whose
+// failpoints KVD_FAILPOINTS arms (internal/failpoint); KVD_FAILPOINT_BIN
+// names a prebuilt one instead.
+func FailpointBinary(t testing.TB) string {
+	t.Helper()
+	return builtBinary(t, "KVD_FAILPOINT_BIN", "failpoints")
+}
+
+// builtBinary builds ./cmd/kvd with tags (and -race when this test is
+// race-built) once per test process.
+func builtBinary(t testing.TB, env, tags string) string {
+	t.Helper()
+	b := builds[tags]
+	b.once.Do(func() {
+		if p := os.Getenv(env); p != "" {
+			b.path = p
 			return
 		}
 		dir, err := os.MkdirTemp("", "kvd-bin-")
 		if err != nil {
-			buildErr = err
+			b.err = err
 			return
 		}
-		buildPath = filepath.Join(dir, "kvd")
+		b.path = filepath.Join(dir, "kvd")
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Join(filepath.Dir(file), "..", "..", "..")
-		args := []string{"build", "-o", buildPath}
+		args := []string{"build", "-o", b.path}
+		if tags != "" {
+			args = append(args, "-tags", tags)
+		}
 		if raceEnabled {
 			args = append(args, "-race")
 		}
 		cmd := exec.Command("go", append(args, "./cmd/kvd")...)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build kvd: %v\n%s", err, out)
+			b.err = fmt.Errorf("go build %s kvd: %v\n%s", tags, err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return buildPath
+	return b.path
 }
 
 // Proc is one running kvd.
