@@ -25,6 +25,7 @@ type SpaceGuard struct {
 	free   func() (uint64, error)
 	logger *slog.Logger
 	low    atomic.Bool
+	blind  atomic.Bool // the last measurement failed
 	avail  atomic.Uint64
 }
 
@@ -38,9 +39,13 @@ func NewSpaceGuard(min uint64, free func() (uint64, error), logger *slog.Logger)
 func (g *SpaceGuard) Check() {
 	n, err := g.free()
 	if err != nil {
-		g.logger.Warn("cannot measure free disk space", "err", err)
+		// Once per failing spell, not once a second.
+		if !g.blind.Swap(true) {
+			g.logger.Warn("cannot measure free disk space; writes are not refused meanwhile", "err", err)
+		}
 		return
 	}
+	g.blind.Store(false)
 	g.avail.Store(n)
 	low := n < g.min
 	if g.low.Swap(low) != low {
