@@ -80,3 +80,53 @@ func TestWritesSurviveCrash(t *testing.T) {
 		})
 	}
 }
+
+// A HardState that moves only the commit index is written without fsync
+// (raft's MustSync): a crash may take the commit index back to the last
+// synced one, never below it, and never loses entries, term or vote. The
+// next synced Save makes the earlier commit durable too (Pebble's WAL is
+// written in order).
+func TestCommitOnlyHardStateIsNotSynced(t *testing.T) {
+	fs := vfs.NewStrictMem()
+	const dir = "/data/raft"
+	opts := Options{FS: fs}
+	l, err := Open(dir, nil, opts)
+	require.NoError(t, err)
+	require.NoError(t, l.Save(hardState(2, 1, 3), entries(1, 10, 2)))
+	synced := l.Stats().SyncCount
+	require.NoError(t, l.Save(hardState(2, 1, 8), nil))
+	require.Equal(t, synced, l.Stats().SyncCount, "a commit-only HardState must not fsync")
+	hs, _, err := l.InitialState()
+	require.NoError(t, err)
+	require.Equal(t, uint64(8), hs.GetCommit(), "the unsynced commit is visible before a crash")
+
+	crash(t, fs, l)
+	l, err = Open(dir, nil, opts)
+	require.NoError(t, err)
+	hs, _, err = l.InitialState()
+	require.NoError(t, err)
+	require.Equal(t, hardState(2, 1, 3).String(), hs.String(), "the crash takes commit back to the synced 3")
+	last, err := l.LastIndex()
+	require.NoError(t, err)
+	require.Equal(t, uint64(10), last)
+
+	// Commit moves unsynced, then entries arrive: that fsync covers both.
+	require.NoError(t, l.Save(hardState(2, 1, 9), nil))
+	require.NoError(t, l.Save(nil, entries(11, 12, 2)))
+	crash(t, fs, l)
+	l, err = Open(dir, nil, opts)
+	require.NoError(t, err)
+	defer l.Close()
+	hs, _, err = l.InitialState()
+	require.NoError(t, err)
+	require.Equal(t, uint64(9), hs.GetCommit())
+	last, err = l.LastIndex()
+	require.NoError(t, err)
+	require.Equal(t, uint64(12), last)
+
+	// A new term or vote is always synced.
+	synced = l.Stats().SyncCount
+	require.NoError(t, l.Save(hardState(3, 0, 9), nil))
+	require.NoError(t, l.Save(hardState(3, 2, 9), nil))
+	require.Equal(t, synced+2, l.Stats().SyncCount)
+}

@@ -45,7 +45,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		BlockCacheBytes:  8 << 20,
-		MemTableBytes:    4 << 20,
+		MemTableBytes:    64 << 20,
 		TailCacheEntries: 4096,
 		TailCacheBytes:   64 << 20,
 		FS:               vfs.Default,

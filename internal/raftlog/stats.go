@@ -5,7 +5,7 @@ import "time"
 // Stats is a point-in-time view of the log for metrics.
 type Stats struct {
 	// SyncCount is the number of fsynced batch commits (every Save with
-	// something to write, Compact, ApplySnapshot, Bootstrap).
+	// entries or a new term or vote, Compact, ApplySnapshot, Bootstrap).
 	SyncCount uint64
 	// SyncDuration is the total time spent in those commits.
 	SyncDuration time.Duration

@@ -13,8 +13,14 @@ import (
 	"github.com/kvd-project/kvd/internal/failpoint"
 )
 
-// Save persists hs (unless empty) and ents in one Pebble batch committed
-// with fsync. ents must be contiguous and may start anywhere from
+// Save persists hs (unless empty) and ents in one Pebble batch, committed
+// with fsync when raft's rules need it: new entries, or a new term or vote.
+// A HardState that changes only the commit index is written without fsync,
+// as etcd does: a commit index lost in a crash is learned again from the
+// leader, and the next fsync (Pebble's WAL is written in order) makes it
+// durable anyway. Followers, which see the commit index move with nearly
+// every append, then pay one fsync per append rather than two. ents must be
+// contiguous and may start anywhere from
 // FirstIndex to LastIndex+1: a conflicting tail (indexes >= ents[0].Index)
 // is replaced and any old entries beyond the new last index are deleted.
 // Entries at or below the compaction index are skipped (they are already
@@ -77,11 +83,17 @@ func (l *Log) Save(hs *pb.HardState, ents []*pb.Entry) error {
 			return fmt.Errorf("raftlog: save hard state: %w", err)
 		}
 	}
-	failpoint.Hit(failpoint.RaftlogBeforeSync)
-	if err := l.commit(b); err != nil {
-		return fmt.Errorf("raftlog: save entries: %w", err)
+	if !mustSync(hs, l.hardState, len(ents)) {
+		if err := b.Commit(pebble.NoSync); err != nil {
+			return fmt.Errorf("raftlog: save hard state: commit: %w", err)
+		}
+	} else {
+		failpoint.Hit(failpoint.RaftlogBeforeSync)
+		if err := l.commit(b); err != nil {
+			return fmt.Errorf("raftlog: save entries: %w", err)
+		}
+		failpoint.Hit(failpoint.RaftlogAfterSync)
 	}
-	failpoint.Hit(failpoint.RaftlogAfterSync)
 
 	if len(ents) > 0 {
 		l.cache.append(cached)
@@ -92,6 +104,13 @@ func (l *Log) Save(hs *pb.HardState, ents []*pb.Entry) error {
 	}
 	l.empty = false
 	return nil
+}
+
+// mustSync reports whether a Save of hs and n entries must be fsynced before
+// raft may act on it: entries and the term and vote a node promised must
+// survive a crash; the commit index need not (raft's MustSync).
+func mustSync(hs, prev *pb.HardState, n int) bool {
+	return n > 0 || hs.GetTerm() != prev.GetTerm() || hs.GetVote() != prev.GetVote()
 }
 
 // checkAppend validates entries about to be saved and returns the part of
