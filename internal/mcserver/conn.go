@@ -71,11 +71,17 @@ func (b *budget) release(n int) {
 }
 
 type conn struct {
-	s     *Server
-	nc    net.Conn
-	r     *mcproto.Reader
-	w     *bufio.Writer
-	queue chan *reply
+	s  *Server
+	nc net.Conn
+	r  *mcproto.Reader
+	// w is shared by the writer goroutine and the reader's direct path
+	// (writeNow); wmu serialises them. queued counts replies handed to the
+	// writer and not yet written: the reader may write itself only when it
+	// is 0, so replies still leave in request order.
+	wmu    sync.Mutex
+	w      *bufio.Writer
+	queue  chan *reply
+	queued atomic.Int32
 	// budget bounds get reply bytes in the queue; broken is set once the
 	// writer can no longer write, so that a get stops reading items.
 	budget budget
@@ -185,7 +191,7 @@ func (c *conn) readLoop() {
 			if perr.Reply != "" {
 				buf = mcproto.AppendLine(nil, perr.Reply)
 			}
-			c.queue <- &reply{buf: buf, close: perr.Close}
+			c.send(&reply{buf: buf, close: perr.Close})
 			if perr.Close {
 				return
 			}
@@ -196,7 +202,42 @@ func (c *conn) readLoop() {
 		}
 		rp := c.handle(&req)
 		rp.cmd, rp.start = req.Command, start
-		c.queue <- rp
+		c.send(rp)
+	}
+}
+
+// send hands rp to the writer, or writes it at once when it is final and
+// nothing is queued ahead of it. The direct path is the common one (a get,
+// or any request on an idle connection): it saves waking a second goroutine
+// for every reply, which on a busy server costs as much as the lookup.
+func (c *conn) send(rp *reply) {
+	if rp.calls != nil || c.queued.Load() > 0 {
+		c.enqueue(rp)
+		return
+	}
+	c.writeNow(rp)
+}
+
+// enqueue hands rp to the writer goroutine.
+func (c *conn) enqueue(rp *reply) {
+	c.queued.Add(1)
+	c.queue <- rp
+}
+
+// writeNow writes a final reply on the reader's goroutine. It flushes
+// unless more pipelined requests are already buffered: their replies follow
+// (directly or through the writer, whose flush then covers these bytes).
+func (c *conn) writeNow(rp *reply) {
+	if rp.cmd != 0 {
+		c.s.stats.observe(rp.cmd, time.Since(c.s.stats.Started)-rp.start)
+	}
+	c.wmu.Lock()
+	if !c.broken.Load() && c.writeReply(rp, c.r.Buffered() == 0) {
+		c.broken.Store(true)
+	}
+	c.wmu.Unlock()
+	if rp.budgeted > 0 {
+		c.budget.release(rp.budgeted)
 	}
 }
 
@@ -211,10 +252,9 @@ func replyResult(line string) Result {
 	return ResultError
 }
 
-// writeLoop writes replies in order, waiting for each one's writes, and
-// flushes when no more replies are queued (once per pipelined batch).
+// writeLoop writes queued replies in order, waiting for each one's writes,
+// and flushes when no more replies are queued (once per pipelined batch).
 func (c *conn) writeLoop() {
-	broken := false
 	for rp := range c.queue {
 		if rp.calls != nil {
 			rp.buf = c.await(rp)
@@ -222,33 +262,35 @@ func (c *conn) writeLoop() {
 		if rp.cmd != 0 {
 			c.s.stats.observe(rp.cmd, time.Since(c.s.stats.Started)-rp.start)
 		}
-		if !broken {
-			broken = c.writeReply(rp)
-			if broken {
-				c.broken.Store(true)
-			}
+		c.wmu.Lock()
+		if !c.broken.Load() && c.writeReply(rp, len(c.queue) == 0) {
+			c.broken.Store(true)
 		}
+		c.wmu.Unlock()
 		// Written or dropped, its bytes leave the queue: a dropped reply
 		// must free the budget too, so that the reader never waits on us.
 		if rp.budgeted > 0 {
 			c.budget.release(rp.budgeted)
 		}
+		c.queued.Add(-1)
 	}
-	if !broken {
+	c.wmu.Lock()
+	if !c.broken.Load() {
 		_ = c.w.Flush()
 	}
+	c.wmu.Unlock()
 }
 
-// writeReply writes one reply, flushing at the end of a pipelined batch, and
-// reports whether the connection is done for writing.
-func (c *conn) writeReply(rp *reply) (broken bool) {
+// writeReply writes one reply, and flushes when flush says the batch ends,
+// and reports whether the connection is done for writing. c.wmu held.
+func (c *conn) writeReply(rp *reply, flush bool) (broken bool) {
 	if len(rp.buf) > 0 {
 		if _, err := c.w.Write(rp.buf); err != nil {
 			c.stopReading()
 			return true
 		}
 	}
-	if rp.close || len(c.queue) == 0 {
+	if rp.close || flush {
 		if err := c.w.Flush(); err != nil {
 			c.stopReading()
 			return true
@@ -310,16 +352,16 @@ func (c *conn) tooLarge(req *mcproto.Request, perr *mcproto.Error) {
 	// client never reads a stale value it believes it replaced.
 	if req.Command == mcproto.CmdSet && len(req.Keys) == 1 {
 		if call, err := c.submit(&command.Command{Op: command.OpDelete, Key: req.Keys[0]}); err == nil {
-			c.queue <- c.pending([]*kv.Call{call}, func(dst []byte, _ []kv.Result, _ error) []byte {
+			c.enqueue(c.pending([]*kv.Call{call}, func(dst []byte, _ []kv.Result, _ error) []byte {
 				return dst
-			})
+			}))
 		}
 	}
 	var buf []byte
 	if perr.Reply != "" {
 		buf = mcproto.AppendLine(nil, perr.Reply)
 	}
-	c.queue <- &reply{buf: buf, close: perr.Close}
+	c.send(&reply{buf: buf, close: perr.Close})
 }
 
 func errorReply(dst []byte, err error) []byte {

@@ -205,7 +205,7 @@ func (c *conn) get(req *mcproto.Request) *reply {
 	var buf []byte
 	for _, k := range req.Keys {
 		if len(buf) >= getChunk {
-			c.queue <- c.budgeted(buf)
+			c.send(c.budgeted(buf))
 			buf = nil
 		}
 		if c.broken.Load() {
