@@ -2,9 +2,11 @@
 // the raft algorithm (go.etcd.io/raft/v3). One goroutine, the Ready loop, owns
 // the raft.RawNode and follows the contract of raft's README for every Ready:
 //
-//  1. persist: entries and HardState to the raft log, fsynced, in one batch;
-//  2. send: messages to peers (only after step 1, so nothing we vote for or
-//     acknowledge can be forgotten by a crash);
+//  1. persist: entries and HardState to the raft log, in one batch, fsynced
+//     unless only the commit index moved;
+//  2. send: messages to peers (a follower only after step 1, so nothing it
+//     votes for or acknowledges can be forgotten by a crash; a leader before
+//     it, so followers persist while it does);
 //  3. apply: committed entries to the state machine in log order, then wake
 //     the proposer waiting on each entry's request ID and any linearizable
 //     reads whose read index is now applied;
