@@ -90,6 +90,9 @@ type Config struct {
 	MinFreeDisk Size `yaml:"min-free-disk"`
 	// CacheSize is Pebble's block cache for the state store. Default 64m.
 	CacheSize Size `yaml:"cache-size"`
+	// ItemCacheSize bounds the cache of recently read and written items in
+	// front of the state store (hot gets skip Pebble). Default 64m; 0 off.
+	ItemCacheSize Size `yaml:"item-cache-size"`
 	// ShutdownTimeout bounds the graceful drain on SIGTERM. Default 10s.
 	ShutdownTimeout time.Duration `yaml:"shutdown-timeout"`
 	// LogLevel is debug, info, warn or error. Default info.
@@ -121,6 +124,7 @@ func Default() Config {
 		SnapshotCount:          10000,
 		SnapshotCatchupEntries: 5000,
 		CacheSize:              64 << 20,
+		ItemCacheSize:          64 << 20,
 		MinFreeDisk:            64 << 20,
 		ShutdownTimeout:        10 * time.Second,
 		LogLevel:               "info",

@@ -97,6 +97,9 @@ type Result struct {
 type Options struct {
 	// CacheBytes is Pebble's block cache size in bytes (default 64 MiB).
 	CacheBytes int64
+	// ItemCacheBytes bounds the item cache in front of Pebble (cache.go);
+	// 0 means the default 64 MiB, a negative value turns it off.
+	ItemCacheBytes int64
 	// FS replaces the filesystem, for crash tests (default: the OS).
 	FS vfs.FS
 }
@@ -121,14 +124,26 @@ type FSM struct {
 	// check, written only by membership entries and snapshot installs.
 	members atomic.Pointer[[]Member]
 
+	cache *itemCache
+
 	// scratch buffers reused by Apply (single goroutine).
 	kbuf, vbuf []byte
+	// The item cache updates the batch Apply is building will make once it
+	// commits; inBatch holds the keys it wrote (whose items only the batch
+	// knows), and flushed says an immediate flush_all is in it (the cache
+	// then describes nothing in the batch and is cleared at commit).
+	cacheWrites []cacheWrite
+	inBatch     map[string]struct{}
+	flushed     bool
 }
 
 // Open opens (or creates) the state store in dir.
 func Open(dir string, logger *slog.Logger, opts Options) (*FSM, error) {
 	if opts.CacheBytes <= 0 {
 		opts.CacheBytes = 64 << 20
+	}
+	if opts.ItemCacheBytes == 0 {
+		opts.ItemCacheBytes = 64 << 20
 	}
 	if opts.FS == nil {
 		opts.FS = vfs.Default
@@ -148,7 +163,8 @@ func Open(dir string, logger *slog.Logger, opts Options) (*FSM, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &FSM{db: db, dir: dir, opts: opts, logger: logger}
+	f := &FSM{db: db, dir: dir, opts: opts, logger: logger,
+		cache: newItemCache(max(opts.ItemCacheBytes, 0)), inBatch: make(map[string]struct{})}
 	f.setMeta(meta)
 	if err := f.loadMembers(); err != nil {
 		_ = db.Close()
@@ -198,6 +214,9 @@ type Stats struct {
 	// behind; BlockCacheHits and BlockCacheMisses count block cache lookups.
 	CompactionDebt                   uint64
 	BlockCacheHits, BlockCacheMisses int64
+	// The item cache: lookups answered from it and not, entries and bytes.
+	ItemCacheHits, ItemCacheMisses   uint64
+	ItemCacheEntries, ItemCacheBytes int64
 }
 
 // Stats returns counters maintained by apply (identical on every node at the
@@ -208,6 +227,7 @@ func (f *FSM) Stats() Stats {
 		Items:   f.items.Load(),
 		Bytes:   f.bytes.Load(),
 	}
+	s.ItemCacheHits, s.ItemCacheMisses, s.ItemCacheEntries, s.ItemCacheBytes = f.cache.stats()
 	f.dbMu.RLock()
 	defer f.dbMu.RUnlock()
 	if f.db != nil {
@@ -228,16 +248,25 @@ func (f *FSM) Get(key []byte, nowNs int64) (Item, bool, error) {
 	if f.db == nil {
 		return Item{}, false, errNoStore
 	}
-	v, closer, err := f.db.Get(dataKey(kb[:0], key))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return Item{}, false, nil
+	enc, ok, seq := f.cache.lookup(key)
+	if !ok {
+		v, closer, err := f.db.Get(dataKey(kb[:0], key))
+		if errors.Is(err, pebble.ErrNotFound) {
+			f.cache.fill(key, absent, seq)
+			return Item{}, false, nil
+		}
+		if err != nil {
+			return Item{}, false, fmt.Errorf("get %q: %w", key, err)
+		}
+		enc = append([]byte(nil), v...)
+		_ = closer.Close()
+		f.cache.fill(key, enc, seq)
 	}
-	if err != nil {
-		return Item{}, false, fmt.Errorf("get %q: %w", key, err)
+	if len(enc) == 0 {
+		return Item{}, false, nil // known absent
 	}
-	defer closer.Close()
 	var it Item
-	if err := decodeItem(v, &it); err != nil {
+	if err := decodeItem(enc, &it); err != nil {
 		return Item{}, false, fmt.Errorf("get %q: %w", key, err)
 	}
 	if !f.visible(&it, nowNs) {
@@ -299,6 +328,8 @@ func (f *FSM) Apply(ents []Entry) ([]Result, error) {
 	results := make([]Result, len(ents))
 	b := f.db.NewIndexedBatch()
 	defer b.Close()
+	f.cacheWrites, f.flushed = f.cacheWrites[:0], false
+	clear(f.inBatch)
 	applied := f.applied.Load()
 	st := applyState{items: f.items.Load(), bytes: f.bytes.Load(), flushAt: f.flushAt.Load()}
 	var c command.Command
@@ -351,6 +382,11 @@ func (f *FSM) Apply(ents []Entry) ([]Result, error) {
 		return nil, fmt.Errorf("apply: commit batch: %w", err)
 	}
 	failpoint.Hit(failpoint.FSMAfterApply)
+	if f.flushed {
+		f.cache.clear()
+	}
+	f.cache.putAll(f.cacheWrites)
+	clear(f.cacheWrites) // the cache owns the slices now
 	f.items.Store(st.items)
 	f.bytes.Store(st.bytes)
 	f.flushAt.Store(st.flushAt)
@@ -493,6 +529,7 @@ func (f *FSM) applyFlush(b *pebble.Batch, st *applyState, c *command.Command) (R
 		}
 	}
 	st.items, st.bytes, st.flushAt = 0, 0, 0
+	f.flushed, f.cacheWrites = true, f.cacheWrites[:0]
 	return Result{Status: StatusOK}, nil
 }
 
@@ -514,7 +551,22 @@ func (f *FSM) applyExpire(b *pebble.Batch, st *applyState, c *command.Command) (
 	return Result{Status: StatusOK}, nil
 }
 
+// load reads the item under key as the batch being applied sees it: from the
+// item cache, unless the batch itself changed the key (or flushed all).
 func (f *FSM) load(b *pebble.Batch, key []byte) (Item, bool, error) {
+	if _, changed := f.inBatch[string(key)]; !changed && !f.flushed {
+		if enc, ok, _ := f.cache.lookup(key); ok {
+			if len(enc) == 0 {
+				return Item{}, false, nil
+			}
+			var it Item
+			if err := decodeItem(enc, &it); err != nil {
+				return Item{}, false, fmt.Errorf("read %q: %w", key, err)
+			}
+			it.Value = append([]byte(nil), it.Value...)
+			return it, true, nil
+		}
+	}
 	f.kbuf = dataKey(f.kbuf[:0], key)
 	v, closer, err := b.Get(f.kbuf)
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -558,6 +610,7 @@ func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *Item, exis
 	if err := b.Set(f.kbuf, f.vbuf, nil); err != nil {
 		return fmt.Errorf("write %q: %w", key, err)
 	}
+	f.cached(key, append([]byte(nil), f.vbuf...))
 	if next.Expiry != 0 {
 		var cas [8]byte
 		binary.BigEndian.PutUint64(cas[:], next.CAS)
@@ -576,6 +629,7 @@ func (f *FSM) remove(b *pebble.Batch, st *applyState, key []byte, old *Item) err
 	if err := b.Delete(f.kbuf, nil); err != nil {
 		return fmt.Errorf("delete %q: %w", key, err)
 	}
+	f.cached(key, absent)
 	if old.Expiry != 0 {
 		f.kbuf = expiryKey(f.kbuf[:0], old.Expiry, key)
 		if err := b.Delete(f.kbuf, nil); err != nil {
@@ -583,6 +637,13 @@ func (f *FSM) remove(b *pebble.Batch, st *applyState, key []byte, old *Item) err
 		}
 	}
 	return nil
+}
+
+// cached notes what the batch wrote under key, for the item cache at commit.
+func (f *FSM) cached(key, enc []byte) {
+	k := append([]byte(nil), key...)
+	f.inBatch[string(k)] = struct{}{}
+	f.cacheWrites = append(f.cacheWrites, cacheWrite{key: k, enc: enc})
 }
 
 // parseCounter reads a stored value as memcached's incr does: decimal digits,

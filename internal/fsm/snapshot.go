@@ -146,6 +146,9 @@ func (f *FSM) InstallSnapshot(src string, minApplied uint64) error {
 	}
 	f.dbMu.Lock()
 	defer f.dbMu.Unlock()
+	// Whatever happens below, the cached items describe the old state; the
+	// readers that could fill it again wait on dbMu.
+	f.cache.clear()
 	prev := f.applied.Load()
 	if f.db != nil {
 		db := f.db

@@ -25,6 +25,7 @@ type nodeCollector struct {
 	// fsm and storage
 	fsmApplied, diskUsage, items, valueBytes *prometheus.Desc
 	compactionDebt, cacheHits, cacheMisses   *prometheus.Desc
+	itemCacheLookups, itemCacheBytes         *prometheus.Desc
 	// memcache
 	conns, connsTotal, connsRejected, commands, commandDuration, readBytes, writtenBytes, serverErrors, stored *prometheus.Desc
 	// all protocols
@@ -60,13 +61,15 @@ func newNodeCollector(src Sources, requests *requestCounts) *nodeCollector {
 		tailEntries: desc("raft", "log_tail_cache_entries", "Entries in the raft log's in-memory tail cache."),
 		tailBytes:   desc("raft", "log_tail_cache_bytes", "Encoded bytes in the raft log's in-memory tail cache."),
 
-		fsmApplied:     desc("fsm", "applied_index", "Last log index applied to the state store (visible to reads)."),
-		diskUsage:      desc("storage", "disk_usage_bytes", "On-disk footprint of each Pebble store (state: the data; raft: the log).", "store"),
-		items:          desc("storage", "items", "Items in the state store, including expired items the leader has not swept yet."),
-		valueBytes:     desc("storage", "value_bytes", "Sum of the value sizes of the items in the state store."),
-		compactionDebt: desc("storage", "compaction_debt_bytes", "Pebble's estimate of the bytes its compactions are behind, per store (state, raft).", "store"),
-		cacheHits:      desc("storage", "block_cache_hits_total", "Pebble block cache hits per store; the hit rate is hits / (hits + misses).", "store"),
-		cacheMisses:    desc("storage", "block_cache_misses_total", "Pebble block cache misses per store.", "store"),
+		fsmApplied:       desc("fsm", "applied_index", "Last log index applied to the state store (visible to reads)."),
+		diskUsage:        desc("storage", "disk_usage_bytes", "On-disk footprint of each Pebble store (state: the data; raft: the log).", "store"),
+		items:            desc("storage", "items", "Items in the state store, including expired items the leader has not swept yet."),
+		valueBytes:       desc("storage", "value_bytes", "Sum of the value sizes of the items in the state store."),
+		compactionDebt:   desc("storage", "compaction_debt_bytes", "Pebble's estimate of the bytes its compactions are behind, per store (state, raft).", "store"),
+		cacheHits:        desc("storage", "block_cache_hits_total", "Pebble block cache hits per store; the hit rate is hits / (hits + misses).", "store"),
+		cacheMisses:      desc("storage", "block_cache_misses_total", "Pebble block cache misses per store.", "store"),
+		itemCacheLookups: desc("storage", "item_cache_lookups_total", "Item cache lookups by reads and writes, by result (hit: answered without Pebble).", "result"),
+		itemCacheBytes:   desc("storage", "item_cache_bytes", "Bytes held by the item cache in front of the state store (--item-cache-size)."),
 
 		conns:         desc("memcache", "connections", "Open memcache client connections."),
 		connsTotal:    desc("memcache", "connections_total", "Memcache connections accepted."),
@@ -91,6 +94,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.proposalsApplied, c.proposalsFailed, c.leaseReads,
 		c.fsync, c.firstIndex, c.lastIndex, c.diskReads, c.tailEntries, c.tailBytes,
 		c.fsmApplied, c.diskUsage, c.items, c.valueBytes, c.compactionDebt, c.cacheHits, c.cacheMisses,
+		c.itemCacheLookups, c.itemCacheBytes,
 		c.conns, c.connsTotal, c.connsRejected, c.commands, c.commandDuration, c.readBytes, c.writtenBytes, c.serverErrors, c.stored,
 		c.requestsTotal,
 	} {
@@ -144,6 +148,9 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.compactionDebt, float64(fs.CompactionDebt), "state")
 	counter(c.cacheHits, float64(fs.BlockCacheHits), "state")
 	counter(c.cacheMisses, float64(fs.BlockCacheMisses), "state")
+	counter(c.itemCacheLookups, float64(fs.ItemCacheHits), "hit")
+	counter(c.itemCacheLookups, float64(fs.ItemCacheMisses), "miss")
+	gauge(c.itemCacheBytes, float64(fs.ItemCacheBytes))
 
 	if c.src.Log != nil {
 		ls := c.src.Log.Stats()

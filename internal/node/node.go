@@ -95,7 +95,8 @@ func Start(cfg config.Config, logger *slog.Logger) (n *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open raft log: %w", err)
 	}
-	n.state, err = fsm.Open(filepath.Join(cfg.DataDir, "state"), logger.With("component", "fsm"), fsm.Options{CacheBytes: int64(cfg.CacheSize)})
+	n.state, err = fsm.Open(filepath.Join(cfg.DataDir, "state"), logger.With("component", "fsm"), fsm.Options{
+		CacheBytes: int64(cfg.CacheSize), ItemCacheBytes: itemCacheBytes(cfg.ItemCacheSize)})
 	if err != nil {
 		return nil, fmt.Errorf("open state store: %w", err)
 	}
@@ -390,4 +391,12 @@ func withPprof(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// itemCacheBytes maps the flag (0: off) onto fsm.Options (0: default).
+func itemCacheBytes(size config.Size) int64 {
+	if size == 0 {
+		return -1
+	}
+	return int64(size)
 }

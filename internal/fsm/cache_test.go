@@ -1,0 +1,172 @@
+package fsm
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvd-project/kvd/internal/command"
+)
+
+func openWithCache(t *testing.T, itemCache int64) *FSM {
+	t.Helper()
+	f, err := Open(t.TempDir(), slog.New(slog.NewTextHandler(io.Discard, nil)), Options{ItemCacheBytes: itemCache})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.Close() })
+	return f
+}
+
+// The item cache changes nothing a client can observe: the same random
+// commands, applied in random batches, give the same results and the same
+// reads with a tiny cache (constant eviction), the default one, and none.
+func TestItemCacheIsInvisible(t *testing.T) {
+	for seed := uint64(1); seed <= 5; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			stores := []*FSM{openWithCache(t, -1), openWithCache(t, 16<<10), openWithCache(t, 0)}
+			rng := rand.New(rand.NewPCG(seed, 0))
+			keys := make([]string, 40)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("key-%02d", i)
+			}
+			var index uint64
+			now := t0
+			for round := 0; round < 300; round++ {
+				now += int64(rng.IntN(400)) * 1e6 // expiries pass during the run
+				var ents []Entry
+				for n := 1 + rng.IntN(8); n > 0; n-- {
+					c := randomCommand(rng, keys, now)
+					data, err := command.Encode(nil, &c)
+					require.NoError(t, err)
+					index++
+					ents = append(ents, Entry{Index: index, Data: data})
+				}
+				want, err := stores[0].Apply(ents)
+				require.NoError(t, err)
+				for _, f := range stores[1:] {
+					got, err := f.Apply(ents)
+					require.NoError(t, err)
+					require.Equal(t, want, got, "round %d", round)
+				}
+				for _, k := range keys {
+					wantIt, wantOK, err := stores[0].Get([]byte(k), now)
+					require.NoError(t, err)
+					for _, f := range stores[1:] {
+						it, ok, err := f.Get([]byte(k), now)
+						require.NoError(t, err)
+						require.Equal(t, wantOK, ok, "round %d key %s", round, k)
+						require.Equal(t, wantIt, it, "round %d key %s", round, k)
+					}
+				}
+			}
+			hits, _, _, bytes := stores[2].cache.stats()
+			require.Positive(t, hits, "the default cache was used")
+			_, _, _, small := stores[1].cache.stats()
+			require.LessOrEqual(t, small, int64(16<<10), "the small cache stayed within its bound")
+			require.Positive(t, bytes)
+		})
+	}
+}
+
+func randomCommand(rng *rand.Rand, keys []string, now int64) command.Command {
+	k := keys[rng.IntN(len(keys))]
+	val := fmt.Sprint(rng.IntN(1000))
+	exp := []int64{0, 0, 0, 1, 2, -1}[rng.IntN(6)]
+	c := command.Command{Key: []byte(k), Value: []byte(val), Exptime: exp, Flags: uint32(rng.IntN(3)),
+		MaxSize: 1 << 20, Stamp: now}
+	switch r := rng.IntN(100); {
+	case r < 30:
+		c.Op = command.OpSet
+	case r < 38:
+		c.Op = command.OpAdd
+	case r < 44:
+		c.Op = command.OpReplace
+	case r < 50:
+		c.Op = command.OpAppend
+	case r < 54:
+		c.Op = command.OpPrepend
+	case r < 60:
+		c.Op, c.CAS = command.OpCAS, uint64(rng.IntN(50))
+	case r < 68:
+		c.Op, c.Delta = command.OpIncr, uint64(rng.IntN(10))
+	case r < 72:
+		c.Op, c.Delta = command.OpDecr, uint64(rng.IntN(10))
+	case r < 78:
+		c.Op = command.OpTouch
+	case r < 82:
+		c.Op = command.OpGAT
+	case r < 97:
+		c.Op = command.OpDelete
+	default:
+		c.Op, c.Delay = command.OpFlush, int64(rng.IntN(2))
+	}
+	return c
+}
+
+// A reader that looked a key up before an apply changed it must not put
+// what it read from Pebble, now stale, into the cache.
+func TestItemCacheFillLosesToAConcurrentWrite(t *testing.T) {
+	c := newItemCache(1 << 20)
+	_, ok, seq := c.lookup([]byte("k"))
+	require.False(t, ok)
+	c.putAll([]cacheWrite{{key: []byte("k"), enc: []byte("new")}})
+	c.fill([]byte("k"), []byte("old"), seq)
+	enc, ok, _ := c.lookup([]byte("k"))
+	require.True(t, ok)
+	require.Equal(t, "new", string(enc))
+
+	_, _, seq = c.lookup([]byte("other"))
+	c.clear()
+	c.fill([]byte("other"), []byte("before the clear"), seq)
+	_, ok, _ = c.lookup([]byte("other"))
+	require.False(t, ok, "a fill begun before clear must not land")
+}
+
+func TestItemCacheStaysWithinItsBudget(t *testing.T) {
+	c := newItemCache(64 << 10) // 1 KiB a shard
+	for i := range 10000 {
+		c.putAll([]cacheWrite{{key: fmt.Appendf(nil, "key-%d", i), enc: make([]byte, 100)}})
+	}
+	_, _, entries, bytes := c.stats()
+	require.LessOrEqual(t, bytes, int64(64<<10))
+	require.Positive(t, entries)
+	// An item larger than a shard is not cached, and evicts nothing.
+	c.putAll([]cacheWrite{{key: []byte("huge"), enc: make([]byte, 4<<10)}})
+	_, ok, _ := c.lookup([]byte("huge"))
+	require.False(t, ok)
+}
+
+// Writes earlier in the same batch are seen by later commands of the batch
+// (the cache still holds the state before the batch), and a flush_all in a
+// batch hides everything stored before it.
+func TestItemCacheWithinOneBatch(t *testing.T) {
+	f := openWithCache(t, 0)
+	a := &applier{t: t, f: f}
+	require.Equal(t, StatusStored, a.do(set(command.OpSet, "k", "a")).Status)
+	_, ok, err := f.Get([]byte("k"), t0) // cached now
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	var ents []Entry
+	for _, c := range []command.Command{
+		set(command.OpAppend, "k", "b"), set(command.OpAppend, "k", "c"),
+		{Op: command.OpFlush}, set(command.OpAdd, "k", "d"), set(command.OpAppend, "k", "e"),
+	} {
+		c.Stamp = t0
+		data, err := command.Encode(nil, &c)
+		require.NoError(t, err)
+		a.index++
+		ents = append(ents, Entry{Index: a.index, Data: data})
+	}
+	res, err := f.Apply(ents)
+	require.NoError(t, err)
+	statuses := []Status{res[0].Status, res[1].Status, res[2].Status, res[3].Status, res[4].Status}
+	require.Equal(t, []Status{StatusStored, StatusStored, StatusOK, StatusStored, StatusStored}, statuses)
+	it, ok, err := f.Get([]byte("k"), t0)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "de", string(it.Value))
+}
