@@ -26,6 +26,8 @@ func (r *barrierReplica) ReadBarrier(context.Context) error {
 	return r.err
 }
 
+func (r *barrierReplica) ReadsAreLocal() bool { return false }
+
 type listStore struct {
 	calls  []string // in order: "scan"
 	nowNs  int64

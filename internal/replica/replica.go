@@ -415,6 +415,10 @@ func (r *Replica) ReadBarrier(ctx context.Context) error {
 	}
 }
 
+// ReadsAreLocal reports whether ReadBarrier would return at once: this node
+// is the group's sole voter, leading and caught up.
+func (r *Replica) ReadsAreLocal() bool { return r.soloLeader.Load() }
+
 // Step delivers a message from a peer.
 func (r *Replica) Step(ctx context.Context, m *pb.Message) error {
 	select {
