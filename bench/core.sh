@@ -23,7 +23,7 @@ start_memcached() {
   mcport=$(free_port)
   memcached -l 127.0.0.1 -p "$mcport" -U 0 -m 4096 -c 4096 -t 2 $( [ "$(id -u)" = 0 ] && echo -u root ) &
   mcpid=$!; pids+=("$mcpid")
-  for _ in $(seq 100); do (echo version | timeout 1 nc -q1 127.0.0.1 "$mcport" | grep -q VERSION) && break; sleep 0.05; done
+  for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$mcport") 2>/dev/null && break; sleep 0.05; done
 }
 start_kvd() {
   kport=$(free_port); hport=$(free_port)
@@ -107,7 +107,8 @@ ratio() { python3 -c "print('%.2f' % ($1/$2))"; }
   echo "kvd write scaling (group commit): 8 connections / 1 connection = $(ratio $w8 $w1) (target ≥ 5)."
   echo
   echo "Resident memory holding 1,000,000 items of 512 bytes: memcached $((mc_rss/1024)) MiB,"
-  echo "kvd $((kv_rss/1024)) MiB (Pebble block cache 64 MiB, \`--cache-size\`); kvd / memcached ="
+  echo "kvd $((kv_rss/1024)) MiB (defaults: Pebble block cache 64 MiB \`--cache-size\`, item cache 64 MiB"
+  echo "\`--item-cache-size\`, memtables of 32 MiB for the data and 64 MiB for the Raft log); kvd / memcached ="
   echo "$(ratio $kv_rss $mc_rss) (target ≤ 1)."
 } > "$out"
 cat "$out"
