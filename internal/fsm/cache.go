@@ -37,6 +37,12 @@ const cacheShards = 64
 // the map slot, the string and slice headers, allocator rounding.
 const entryOverhead = 64
 
+// maxEntryShare: an entry larger than 1/maxEntryShare of its shard is not
+// cached (128 KiB with the default 64 MiB cache). The cache is for the many
+// small hot items memcached clients keep; a multi-get of large values
+// streams them from Pebble instead of churning the cache and the heap.
+const maxEntryShare = 8
+
 type cacheShard struct {
 	mu    sync.Mutex
 	seq   uint64 // bumped by every write to the shard
@@ -147,8 +153,8 @@ func (s *cacheShard) set(key, enc []byte, limit int) {
 		s.bytes -= len(key) + len(old) + entryOverhead
 		delete(s.m, string(key))
 	}
-	if size > limit {
-		return // larger than the whole shard: not worth evicting everything
+	if size > limit/maxEntryShare {
+		return // a large value would evict many hot small ones for one read
 	}
 	for s.bytes+size > limit {
 		for k, v := range s.m {

@@ -22,19 +22,20 @@ func openWithCache(t *testing.T, itemCache int64) *FSM {
 
 // The item cache changes nothing a client can observe: the same random
 // commands, applied in random batches, give the same results and the same
-// reads with a tiny cache (constant eviction), the default one, and none.
+// reads with a small cache (about 9 entries a shard for 23 keys a shard:
+// constant eviction), the default one, and none.
 func TestItemCacheIsInvisible(t *testing.T) {
 	for seed := uint64(1); seed <= 5; seed++ {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			stores := []*FSM{openWithCache(t, -1), openWithCache(t, 16<<10), openWithCache(t, 0)}
+			stores := []*FSM{openWithCache(t, -1), openWithCache(t, 64<<10), openWithCache(t, 0)}
 			rng := rand.New(rand.NewPCG(seed, 0))
-			keys := make([]string, 40)
+			keys := make([]string, 1500)
 			for i := range keys {
-				keys[i] = fmt.Sprintf("key-%02d", i)
+				keys[i] = fmt.Sprintf("key-%04d", i)
 			}
 			var index uint64
 			now := t0
-			for round := 0; round < 300; round++ {
+			for round := 0; round < 200; round++ {
 				now += int64(rng.IntN(400)) * 1e6 // expiries pass during the run
 				var ents []Entry
 				for n := 1 + rng.IntN(8); n > 0; n-- {
@@ -51,7 +52,18 @@ func TestItemCacheIsInvisible(t *testing.T) {
 					require.NoError(t, err)
 					require.Equal(t, want, got, "round %d", round)
 				}
-				for _, k := range keys {
+				// Read the keys just written, and now and then all of them.
+				read := make([]string, 0, len(ents))
+				if round%20 == 19 {
+					read = keys
+				} else {
+					for _, e := range ents {
+						var c command.Command
+						require.NoError(t, command.Decode(e.Data, &c))
+						read = append(read, string(c.Key))
+					}
+				}
+				for _, k := range read {
 					wantIt, wantOK, err := stores[0].Get([]byte(k), now)
 					require.NoError(t, err)
 					for _, f := range stores[1:] {
@@ -64,9 +76,10 @@ func TestItemCacheIsInvisible(t *testing.T) {
 			}
 			hits, _, _, bytes := stores[2].cache.stats()
 			require.Positive(t, hits, "the default cache was used")
-			_, _, _, small := stores[1].cache.stats()
-			require.LessOrEqual(t, small, int64(16<<10), "the small cache stayed within its bound")
 			require.Positive(t, bytes)
+			smallHits, _, _, small := stores[1].cache.stats()
+			require.Positive(t, smallHits, "the small cache was used")
+			require.LessOrEqual(t, small, int64(64<<10), "the small cache stayed within its bound")
 		})
 	}
 }
@@ -126,17 +139,22 @@ func TestItemCacheFillLosesToAConcurrentWrite(t *testing.T) {
 }
 
 func TestItemCacheStaysWithinItsBudget(t *testing.T) {
-	c := newItemCache(64 << 10) // 1 KiB a shard
+	c := newItemCache(1 << 20) // 16 KiB a shard, entries up to 2 KiB
 	for i := range 10000 {
 		c.putAll([]cacheWrite{{key: fmt.Appendf(nil, "key-%d", i), enc: make([]byte, 100)}})
 	}
 	_, _, entries, bytes := c.stats()
-	require.LessOrEqual(t, bytes, int64(64<<10))
+	require.LessOrEqual(t, bytes, int64(1<<20))
 	require.Positive(t, entries)
-	// An item larger than a shard is not cached, and evicts nothing.
-	c.putAll([]cacheWrite{{key: []byte("huge"), enc: make([]byte, 4<<10)}})
-	_, ok, _ := c.lookup([]byte("huge"))
-	require.False(t, ok)
+	// An item larger than an eighth of a shard is not cached, evicts
+	// nothing, and still replaces what was cached under its key.
+	c.putAll([]cacheWrite{{key: []byte("big"), enc: []byte("small old value")}})
+	_, _, before, _ := c.stats()
+	c.putAll([]cacheWrite{{key: []byte("big"), enc: make([]byte, 4<<10)}})
+	_, ok, _ := c.lookup([]byte("big"))
+	require.False(t, ok, "the old value must not survive a write too large to cache")
+	_, _, after, _ := c.stats()
+	require.Equal(t, before-1, after)
 }
 
 // Writes earlier in the same batch are seen by later commands of the batch
