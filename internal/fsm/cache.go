@@ -85,7 +85,8 @@ func (c *itemCache) lookup(key []byte) (enc []byte, ok bool, seq uint64) {
 }
 
 // fill caches what a reader found in Pebble (enc, or absent) unless a write
-// reached the shard since the reader's lookup returned seq. enc is copied.
+// reached the shard since the reader's lookup returned seq. enc is kept, not
+// copied: the caller hands over a slice nobody will modify.
 func (c *itemCache) fill(key, enc []byte, seq uint64) {
 	if c.limit == 0 {
 		return
@@ -93,7 +94,7 @@ func (c *itemCache) fill(key, enc []byte, seq uint64) {
 	s := c.shard(key)
 	s.mu.Lock()
 	if s.seq == seq {
-		s.set(key, clone(enc), c.limit)
+		s.set(key, enc, c.limit)
 	}
 	s.mu.Unlock()
 }
@@ -165,11 +166,4 @@ func (s *cacheShard) set(key, enc []byte, limit int) {
 	}
 	s.m[string(key)] = enc
 	s.bytes += size
-}
-
-func clone(b []byte) []byte {
-	if len(b) == 0 {
-		return absent
-	}
-	return append([]byte(nil), b...)
 }

@@ -262,15 +262,23 @@ func (f *FSM) Get(key []byte, nowNs int64) (Item, bool, error) {
 		_ = closer.Close()
 		f.cache.fill(key, enc, seq)
 	}
+	it, ok, err := readItem(enc, key)
+	if err != nil || !ok || !f.visible(&it, nowNs) {
+		return Item{}, false, err
+	}
+	return it, true, nil
+}
+
+// readItem decodes an item's stored form, from Pebble's buffer or the item
+// cache; an empty enc is a key known absent. Value is a copy: the caller
+// may keep it after the buffer is released.
+func readItem(enc, key []byte) (Item, bool, error) {
 	if len(enc) == 0 {
-		return Item{}, false, nil // known absent
+		return Item{}, false, nil
 	}
 	var it Item
 	if err := decodeItem(enc, &it); err != nil {
-		return Item{}, false, fmt.Errorf("get %q: %w", key, err)
-	}
-	if !f.visible(&it, nowNs) {
-		return Item{}, false, nil
+		return Item{}, false, fmt.Errorf("read %q: %w", key, err)
 	}
 	it.Value = append([]byte(nil), it.Value...)
 	return it, true, nil
@@ -556,15 +564,7 @@ func (f *FSM) applyExpire(b *pebble.Batch, st *applyState, c *command.Command) (
 func (f *FSM) load(b *pebble.Batch, key []byte) (Item, bool, error) {
 	if _, changed := f.inBatch[string(key)]; !changed && !f.flushed {
 		if enc, ok, _ := f.cache.lookup(key); ok {
-			if len(enc) == 0 {
-				return Item{}, false, nil
-			}
-			var it Item
-			if err := decodeItem(enc, &it); err != nil {
-				return Item{}, false, fmt.Errorf("read %q: %w", key, err)
-			}
-			it.Value = append([]byte(nil), it.Value...)
-			return it, true, nil
+			return readItem(enc, key)
 		}
 	}
 	f.kbuf = dataKey(f.kbuf[:0], key)
@@ -576,12 +576,7 @@ func (f *FSM) load(b *pebble.Batch, key []byte) (Item, bool, error) {
 		return Item{}, false, fmt.Errorf("read %q: %w", key, err)
 	}
 	defer closer.Close()
-	var it Item
-	if err := decodeItem(v, &it); err != nil {
-		return Item{}, false, fmt.Errorf("read %q: %w", key, err)
-	}
-	it.Value = append([]byte(nil), it.Value...)
-	return it, true, nil
+	return readItem(v, key)
 }
 
 func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *Item, exists bool, next *Item, nowSec int64) error {
