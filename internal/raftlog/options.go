@@ -16,7 +16,10 @@ type Options struct {
 	// helps raft reading old entries (a lagging follower). Default 8 MiB.
 	BlockCacheBytes int64
 
-	// MemTableBytes is the size in bytes of one Pebble memtable. Default 4 MiB.
+	// MemTableBytes is the size in bytes of one Pebble memtable. Default
+	// 64 MiB: entries are deleted a few thousand behind the applied index,
+	// so with small entries most die in the memtable and are never flushed
+	// or compacted (Pebble's own default is 4 MiB).
 	MemTableBytes uint64
 
 	// TailCacheEntries bounds the number of most recent entries kept in memory
