@@ -75,6 +75,8 @@ type Config struct {
 	ElectionTimeout time.Duration `yaml:"election-timeout"`
 	// SnapshotCount is how many applied entries pass between raft log
 	// compactions (etcd's --snapshot-count). Default 10000; at least 1.
+	// The replica also compacts after 16 MiB of entry data, and keeps at
+	// most 16 MiB of entries behind (replica.Config.CompactEveryBytes).
 	SnapshotCount uint64 `yaml:"snapshot-count"`
 	// SnapshotCatchupEntries is how many entries a compaction keeps behind
 	// the applied index, so that a briefly slow follower catches up from the

@@ -38,15 +38,21 @@ func openStack(t *testing.T, fs vfs.FS) *stack {
 // openStackAt opens the stack on dataDir of fs, logging to logger.
 func openStackAt(t *testing.T, fs vfs.FS, dataDir string, logger *slog.Logger) *stack {
 	t.Helper()
+	return openStackWith(t, fs, dataDir, logger, replica.Config{
+		ID: 1, Peers: []replica.NodeID{1}, TickInterval: 10 * time.Millisecond,
+		// Compact often, so the crash also lands around log compactions.
+		CompactEvery: 64, CompactKeep: 16,
+	})
+}
+
+// openStackWith opens the stack with the given replica configuration.
+func openStackWith(t *testing.T, fs vfs.FS, dataDir string, logger *slog.Logger, rcfg replica.Config) *stack {
+	t.Helper()
 	l, err := raftlog.Open(filepath.Join(dataDir, "raft"), logger, raftlog.Options{FS: fs})
 	require.NoError(t, err)
 	sm, err := fsm.Open(filepath.Join(dataDir, "state"), logger, fsm.Options{FS: fs, CacheBytes: 1 << 20})
 	require.NoError(t, err)
-	rep, err := replica.Start(replica.Config{
-		ID: 1, Peers: []replica.NodeID{1}, TickInterval: 10 * time.Millisecond,
-		// Compact often, so the crash also lands around log compactions.
-		CompactEvery: 64, CompactKeep: 16,
-	}, l, fsmAdapter{f: sm, dataDir: dataDir}, &lazySender{}, logger)
+	rep, err := replica.Start(rcfg, l, fsmAdapter{f: sm, dataDir: dataDir}, &lazySender{}, logger)
 	require.NoError(t, err)
 	s := &stack{log: l, sm: sm, rep: rep, kv: kv.New(kv.Config{RequestTimeout: 5 * time.Second, MaxItemSize: 1 << 20}, rep, sm, logger, time.Now)}
 	deadline := time.Now().Add(10 * time.Second)

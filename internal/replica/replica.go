@@ -112,6 +112,11 @@ type Config struct {
 	// CompactEvery is how many applied entries pass between log compactions;
 	// CompactKeep entries behind the applied index are kept for slow followers.
 	CompactEvery, CompactKeep uint64
+	// CompactEveryBytes and CompactKeepBytes bound the same two spans by the
+	// bytes of entry data, whichever limit comes first (logspan.go): the
+	// defaults, 16 MiB each, keep the log's live span within a quarter and a
+	// half of the raft log's 64 MiB memtable.
+	CompactEveryBytes, CompactKeepBytes uint64
 	// MaxPending bounds proposals waiting for their entry (ErrBusy beyond).
 	MaxPending int
 	// MaxUncommittedBytes bounds the leader's uncommitted log tail.
@@ -134,6 +139,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.CompactKeep == 0 {
 		c.CompactKeep = 5000
+	}
+	if c.CompactEveryBytes == 0 {
+		c.CompactEveryBytes = 16 << 20
+	}
+	if c.CompactKeepBytes == 0 {
+		c.CompactKeepBytes = 16 << 20
 	}
 	if c.MaxPending == 0 {
 		c.MaxPending = 16384
@@ -212,6 +223,7 @@ type Replica struct {
 	confState        *pb.ConfState
 	lastConfChange   uint64
 	lastCompact      uint64
+	span             logSpan // bytes applied since lastCompact
 	startCommit      uint64
 	readyCommit      uint64 // the leader's commit index, learned by readyProbe; 0 until known
 	readyProbeTick   uint64 // tick of the last probe; 0: none in flight
@@ -697,6 +709,11 @@ func (r *Replica) apply(committed []*pb.Entry) error {
 	if err != nil {
 		return fmt.Errorf("apply committed entries: %w", err)
 	}
+	n := 0
+	for _, e := range committed {
+		n += len(e.GetData())
+	}
+	r.span.applied(committed[len(committed)-1].GetIndex(), n)
 	for _, a := range results {
 		if a.ReqID != 0 {
 			r.waits.trigger(a.ReqID, Outcome{Result: a.Result})
@@ -757,17 +774,24 @@ func (r *Replica) readded(id NodeID) {
 // disk and memory stay bounded under a long write load.
 func (r *Replica) maybeCompact() error {
 	applied := r.sm.AppliedIndex()
-	if applied < r.lastCompact+r.cfg.CompactEvery+r.cfg.CompactKeep {
+	byCount := applied >= r.lastCompact+r.cfg.CompactEvery+r.cfg.CompactKeep
+	byBytes := r.span.since(r.lastCompact) >= r.cfg.CompactEveryBytes+r.cfg.CompactKeepBytes
+	if !byCount && !byBytes {
 		return nil
 	}
 	durable, err := r.sm.Sync()
 	if err != nil {
 		return fmt.Errorf("sync state before log compaction: %w", err)
 	}
-	if durable <= r.cfg.CompactKeep {
+	var idx uint64
+	if durable > r.cfg.CompactKeep {
+		idx = durable - r.cfg.CompactKeep
+	}
+	// Keep fewer entries when they are large (logspan.go).
+	idx = max(idx, r.span.keepFrom(durable, r.cfg.CompactKeepBytes))
+	if idx == 0 {
 		return nil
 	}
-	idx := durable - r.cfg.CompactKeep
 	// The ConfState we hold is as of the applied index; it is exact for idx
 	// only if no configuration change happened after idx. Otherwise wait.
 	if r.lastConfChange > idx || idx <= r.lastCompact {
@@ -777,6 +801,7 @@ func (r *Replica) maybeCompact() error {
 		return fmt.Errorf("compact raft log to %d: %w", idx, err)
 	}
 	r.lastCompact = idx
+	r.span.compacted(idx)
 	r.logger.Debug("compacted raft log", "index", idx)
 	return nil
 }

@@ -158,6 +158,7 @@ func (r *Replica) installSnapshot(snap *pb.Snapshot) error {
 	}
 	t.delivered.Store(idx)
 	r.lastCompact = idx
+	r.span.reset()
 	r.confState = proto.Clone(pb.EnsureConfState(meta.GetConfState())).(*pb.ConfState)
 	d := time.Since(start)
 	t.installed.Add(1)
