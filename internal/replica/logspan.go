@@ -17,6 +17,7 @@ type logSpan struct {
 	// batches since the last compaction, oldest first.
 	marks []spanMark
 	total uint64 // bytes applied through the last mark
+	base  uint64 // total as of the last compaction point
 }
 
 type spanMark struct{ index, cum uint64 }
@@ -32,10 +33,11 @@ func (s *logSpan) applied(index uint64, n int) {
 	s.marks = append(s.marks, spanMark{index: index, cum: s.total})
 }
 
-// since is how many bytes were applied after index, as far as the marks
-// know (entries applied before this process started count as zero).
-func (s *logSpan) since(index uint64) uint64 {
-	return s.total - s.cumAt(index)
+// since is how many bytes were applied after the last compaction point, as
+// far as the marks know (entries applied before this process started count
+// as zero). It is called after every apply, so it must stay O(1).
+func (s *logSpan) since() uint64 {
+	return s.total - s.base
 }
 
 // cumAt is the cumulative byte count at the last mark at or below index.
@@ -63,21 +65,18 @@ func (s *logSpan) keepFrom(durable, keep uint64) uint64 {
 	return 0
 }
 
-// compacted forgets marks at or below index, which the log no longer holds.
+// compacted makes index the new compaction point and forgets the marks at
+// or below it, which the log no longer holds.
 func (s *logSpan) compacted(index uint64) {
+	s.base = s.cumAt(index)
 	i := 0
 	for i < len(s.marks) && s.marks[i].index <= index {
 		i++
-	}
-	// Keep the mark at the compaction point itself as the base of since().
-	if i > 0 {
-		i--
 	}
 	s.marks = append(s.marks[:0], s.marks[i:]...)
 }
 
 // reset forgets everything, after a snapshot replaced the log.
 func (s *logSpan) reset() {
-	s.marks = s.marks[:0]
-	s.total = 0
+	*s = logSpan{marks: s.marks[:0]}
 }

@@ -15,7 +15,7 @@ func TestLogSpan(t *testing.T) {
 		name      string
 		batches   []batch
 		compacted uint64 // 0: no compaction
-		since     uint64 // since(the compaction point, or 0)
+		since     uint64
 		durable   uint64
 		keep      uint64
 		keepFrom  uint64
@@ -47,13 +47,13 @@ func TestLogSpan(t *testing.T) {
 			if tt.compacted != 0 {
 				s.compacted(tt.compacted)
 			}
-			require.Equal(t, tt.since, s.since(tt.compacted))
+			require.Equal(t, tt.since, s.since())
 			require.Equal(t, tt.keepFrom, s.keepFrom(tt.durable, tt.keep))
 		})
 	}
 	var s logSpan
 	s.applied(7, 10)
 	s.reset()
-	require.Zero(t, s.since(0))
+	require.Zero(t, s.since())
 	require.Zero(t, s.keepFrom(7, 0))
 }

@@ -223,7 +223,7 @@ type Replica struct {
 	confState        *pb.ConfState
 	lastConfChange   uint64
 	lastCompact      uint64
-	span             logSpan // bytes applied since lastCompact
+	span             logSpan // entry bytes applied since lastCompact
 	startCommit      uint64
 	readyCommit      uint64 // the leader's commit index, learned by readyProbe; 0 until known
 	readyProbeTick   uint64 // tick of the last probe; 0: none in flight
@@ -775,7 +775,7 @@ func (r *Replica) readded(id NodeID) {
 func (r *Replica) maybeCompact() error {
 	applied := r.sm.AppliedIndex()
 	byCount := applied >= r.lastCompact+r.cfg.CompactEvery+r.cfg.CompactKeep
-	byBytes := r.span.since(r.lastCompact) >= r.cfg.CompactEveryBytes+r.cfg.CompactKeepBytes
+	byBytes := r.span.since() >= r.cfg.CompactEveryBytes+r.cfg.CompactKeepBytes
 	if !byCount && !byBytes {
 		return nil
 	}
