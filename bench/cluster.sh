@@ -41,8 +41,8 @@ start_etcd() {
     for _ in $(seq 150); do curl -fsS "http://127.0.0.1:${cp[i]}/health" >/dev/null 2>&1 && break; sleep 0.1; done
     servers+="${servers:+,}127.0.0.1:${cp[i]}"
   done
-  roles "etcd_server_is_leader 1" "127.0.0.1:${cp[1]}" "127.0.0.1:${cp[2]}" "127.0.0.1:${cp[3]}" -- \
-        "http://127.0.0.1:${cp[1]}" "http://127.0.0.1:${cp[2]}" "http://127.0.0.1:${cp[3]}"
+  roles "etcd_server_is_leader 1" "127.0.0.1:${cp[1]}=http://127.0.0.1:${cp[1]}" \
+        "127.0.0.1:${cp[2]}=http://127.0.0.1:${cp[2]}" "127.0.0.1:${cp[3]}=http://127.0.0.1:${cp[3]}"
   target=etcd
 }
 start_kvd() {
@@ -59,23 +59,21 @@ start_kvd() {
     for _ in $(seq 150); do curl -fsS "127.0.0.1:${hp[i]}/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
     servers+="${servers:+,}127.0.0.1:${mp[i]}"
   done
-  roles "kvd_raft_is_leader 1" "127.0.0.1:${mp[1]}" "127.0.0.1:${mp[2]}" "127.0.0.1:${mp[3]}" -- \
-        "http://127.0.0.1:${hp[1]}" "http://127.0.0.1:${hp[2]}" "http://127.0.0.1:${hp[3]}"
+  roles "kvd_raft_is_leader 1" "127.0.0.1:${mp[1]}=http://127.0.0.1:${hp[1]}" \
+        "127.0.0.1:${mp[2]}=http://127.0.0.1:${hp[2]}" "127.0.0.1:${mp[3]}=http://127.0.0.1:${hp[3]}"
   target=memcache
 }
-# bench NAME ARGS… → $work/NAME.json
-# roles LEADER-METRIC-LINE CLIENT-ADDR×3 -- METRICS-URL×3 → $leader and
-# $follower, the client addresses of the leader and of another member, so
-# that the one-connection cases compare the same role of both systems.
+# roles LEADER-METRIC-LINE CLIENT-ADDR=METRICS-URL… → $leader and $follower,
+# the client addresses of the leader and of another member, so that the
+# one-connection cases compare the same role of both systems.
 roles() {
   local line=$1 i; shift
-  local -a addr=("$1" "$2" "$3"); shift 4
-  local -a url=("$@")
+  local -a members=("$@")
   leader=""
   for _ in $(seq 100); do
-    for i in 0 1 2; do
-      if curl -fsS "${url[i]}/metrics" 2>/dev/null | grep -q "^$line\$"; then
-        leader=${addr[i]}; follower=${addr[(i + 1) % 3]}
+    for i in "${!members[@]}"; do
+      if curl -fsS "${members[i]#*=}/metrics" 2>/dev/null | grep -q "^$line\$"; then
+        leader=${members[i]%%=*}; follower=${members[(i + 1) % ${#members[@]}]%%=*}
       fi
     done
     [ -n "$leader" ] && return
@@ -83,6 +81,7 @@ roles() {
   done
   echo "cluster.sh: no leader found" >&2; exit 1
 }
+# bench NAME ARGS… → $work/NAME.json
 bench() {
   local name=$1; shift
   "$bin" bench --target "$target" --servers "${srv:-$servers}" --progress never --duration "$DUR" --timeout 10s \

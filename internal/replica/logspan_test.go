@@ -34,9 +34,6 @@ func TestLogSpan(t *testing.T) {
 		{name: "after a compaction",
 			batches:   []batch{{5, 100}, {9, 100}, {12, 100}, {20, 100}},
 			compacted: 10, since: 200, durable: 20, keep: 100, keepFrom: 12},
-		{name: "one batch in pieces (same index twice)",
-			batches: []batch{{5, 100}, {5, 100}, {9, 100}},
-			since:   300, durable: 9, keep: 100, keepFrom: 5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

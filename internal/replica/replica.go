@@ -692,8 +692,10 @@ func (r *Replica) send(msgs []*pb.Message) error {
 
 func (r *Replica) apply(committed []*pb.Entry) error {
 	ents := make([]Entry, len(committed))
+	bytes := 0
 	for i, e := range committed {
 		ents[i] = Entry{Index: e.GetIndex()}
+		bytes += len(e.GetData())
 		switch e.GetType() {
 		case pb.EntryNormal:
 			ents[i].Data = e.GetData()
@@ -709,11 +711,7 @@ func (r *Replica) apply(committed []*pb.Entry) error {
 	if err != nil {
 		return fmt.Errorf("apply committed entries: %w", err)
 	}
-	n := 0
-	for _, e := range committed {
-		n += len(e.GetData())
-	}
-	r.span.applied(committed[len(committed)-1].GetIndex(), n)
+	r.span.applied(committed[len(committed)-1].GetIndex(), bytes)
 	for _, a := range results {
 		if a.ReqID != 0 {
 			r.waits.trigger(a.ReqID, Outcome{Result: a.Result})
