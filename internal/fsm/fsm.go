@@ -9,6 +9,10 @@
 // without fsync (the raft log is the durable record); Sync makes them durable
 // before the log may be truncated.
 //
+// Two in-memory structures keep reads off Pebble, neither a source of truth:
+// the item cache (cache.go) holds recently read and written items, and the
+// key filter (keyfilter.go) answers "certainly absent" for keys never stored.
+//
 // Apply is called only from the replica's Ready loop (one goroutine). Get,
 // ExpiredBefore and Stats may be called from any goroutine.
 package fsm
@@ -125,6 +129,7 @@ type FSM struct {
 	members atomic.Pointer[[]Member]
 
 	cache *itemCache
+	keys  *keyFilter
 
 	// scratch buffers reused by Apply (single goroutine).
 	kbuf, vbuf []byte
@@ -164,12 +169,14 @@ func Open(dir string, logger *slog.Logger, opts Options) (*FSM, error) {
 		return nil, err
 	}
 	f := &FSM{db: db, dir: dir, opts: opts, logger: logger,
-		cache: newItemCache(max(opts.ItemCacheBytes, 0)), inBatch: make(map[string]struct{})}
+		cache: newItemCache(max(opts.ItemCacheBytes, 0)), keys: newKeyFilter(logger),
+		inBatch: make(map[string]struct{})}
 	f.setMeta(meta)
 	if err := f.loadMembers(); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open state store %s: %w", dir, err)
 	}
+	f.keys.rebuild(db, int64(meta.items), false)
 	return f, nil
 }
 
@@ -183,6 +190,7 @@ func (f *FSM) Close() error {
 	}
 	db := f.db
 	f.db = nil
+	f.keys.stop()
 	if err := db.Close(); err != nil {
 		return fmt.Errorf("close state store: %w", err)
 	}
@@ -217,6 +225,9 @@ type Stats struct {
 	// The item cache: lookups answered from it and not, entries and bytes.
 	ItemCacheHits, ItemCacheMisses   uint64
 	ItemCacheEntries, ItemCacheBytes int64
+	// The key filter: reads it answered absent without Pebble, its memory.
+	KeyFilterSkips uint64
+	KeyFilterBytes int64
 }
 
 // Stats returns counters maintained by apply (identical on every node at the
@@ -228,6 +239,7 @@ func (f *FSM) Stats() Stats {
 		Bytes:   f.bytes.Load(),
 	}
 	s.ItemCacheHits, s.ItemCacheMisses, s.ItemCacheEntries, s.ItemCacheBytes = f.cache.stats()
+	s.KeyFilterSkips, s.KeyFilterBytes = f.keys.stats()
 	f.dbMu.RLock()
 	defer f.dbMu.RUnlock()
 	if f.db != nil {
@@ -249,6 +261,9 @@ func (f *FSM) Get(key []byte, nowNs int64) (Item, bool, error) {
 		return Item{}, false, errNoStore
 	}
 	enc, ok, seq := f.cache.lookup(key)
+	if !ok && !f.keys.mayContain(key) {
+		return Item{}, false, nil
+	}
 	if !ok {
 		v, closer, err := f.db.Get(dataKey(kb[:0], key))
 		if errors.Is(err, pebble.ErrNotFound) {
@@ -392,6 +407,10 @@ func (f *FSM) Apply(ents []Entry) ([]Result, error) {
 	failpoint.Hit(failpoint.FSMAfterApply)
 	if f.flushed {
 		f.cache.clear()
+	}
+	if f.flushed || f.keys.full() {
+		// Between batches: the scan sees this commit and apply adds what follows.
+		f.keys.rebuild(f.db, st.items, true)
 	}
 	f.cache.putAll(f.cacheWrites)
 	clear(f.cacheWrites) // the cache owns the slices now
@@ -567,6 +586,9 @@ func (f *FSM) load(b *pebble.Batch, key []byte) (Item, bool, error) {
 			return readItem(enc, key)
 		}
 	}
+	if !f.keys.mayContain(key) {
+		return Item{}, false, nil
+	}
 	f.kbuf = dataKey(f.kbuf[:0], key)
 	v, closer, err := b.Get(f.kbuf)
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -598,6 +620,7 @@ func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *Item, exis
 		}
 	} else {
 		st.items++
+		f.keys.add(key)
 	}
 	st.bytes += int64(len(next.Value))
 	f.vbuf = encodeItem(f.vbuf[:0], next)

@@ -149,6 +149,9 @@ func (f *FSM) InstallSnapshot(src string, minApplied uint64) error {
 	// Whatever happens below, the cached items describe the old state; the
 	// readers that could fill it again wait on dbMu.
 	f.cache.clear()
+	// The filter describes the old state; the new one gets its own scan.
+	f.keys.stop()
+	f.keys.cur.Store(nil)
 	prev := f.applied.Load()
 	if f.db != nil {
 		db := f.db
@@ -183,6 +186,7 @@ func (f *FSM) InstallSnapshot(src string, minApplied uint64) error {
 	}
 	f.db = db
 	f.setMeta(meta)
+	f.keys.rebuild(db, int64(meta.items), false)
 	if err := f.loadMembers(); err != nil {
 		return fmt.Errorf("install snapshot: %w", err)
 	}

@@ -26,6 +26,7 @@ type nodeCollector struct {
 	fsmApplied, diskUsage, items, valueBytes *prometheus.Desc
 	compactionDebt, cacheHits, cacheMisses   *prometheus.Desc
 	itemCacheLookups, itemCacheBytes         *prometheus.Desc
+	keyFilterSkips, keyFilterBytes           *prometheus.Desc
 	// memcache
 	conns, connsTotal, connsRejected, commands, commandDuration, readBytes, writtenBytes, serverErrors, stored *prometheus.Desc
 	// all protocols
@@ -70,6 +71,8 @@ func newNodeCollector(src Sources, requests *requestCounts) *nodeCollector {
 		cacheMisses:      desc("storage", "block_cache_misses_total", "Pebble block cache misses per store.", "store"),
 		itemCacheLookups: desc("storage", "item_cache_lookups_total", "Item cache lookups by reads and writes, by result (hit: answered without Pebble).", "result"),
 		itemCacheBytes:   desc("storage", "item_cache_bytes", "Bytes held by the item cache in front of the state store (--item-cache-size)."),
+		keyFilterSkips:   desc("storage", "key_filter_skips_total", "Reads of the state store (gets, and the old item a write replaces) that the in-memory key filter answered absent without Pebble."),
+		keyFilterBytes:   desc("storage", "key_filter_bytes", "Bytes held by the in-memory key filter (0 while it is being built)."),
 
 		conns:         desc("memcache", "connections", "Open memcache client connections."),
 		connsTotal:    desc("memcache", "connections_total", "Memcache connections accepted."),
@@ -94,7 +97,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.proposalsApplied, c.proposalsFailed, c.leaseReads,
 		c.fsync, c.firstIndex, c.lastIndex, c.diskReads, c.tailEntries, c.tailBytes,
 		c.fsmApplied, c.diskUsage, c.items, c.valueBytes, c.compactionDebt, c.cacheHits, c.cacheMisses,
-		c.itemCacheLookups, c.itemCacheBytes,
+		c.itemCacheLookups, c.itemCacheBytes, c.keyFilterSkips, c.keyFilterBytes,
 		c.conns, c.connsTotal, c.connsRejected, c.commands, c.commandDuration, c.readBytes, c.writtenBytes, c.serverErrors, c.stored,
 		c.requestsTotal,
 	} {
@@ -151,6 +154,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.itemCacheLookups, float64(fs.ItemCacheHits), "hit")
 	counter(c.itemCacheLookups, float64(fs.ItemCacheMisses), "miss")
 	gauge(c.itemCacheBytes, float64(fs.ItemCacheBytes))
+	counter(c.keyFilterSkips, float64(fs.KeyFilterSkips))
+	gauge(c.keyFilterBytes, float64(fs.KeyFilterBytes))
 
 	if c.src.Log != nil {
 		ls := c.src.Log.Stats()
