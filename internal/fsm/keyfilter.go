@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble"
 )
@@ -29,7 +30,10 @@ import (
 // Keys are never removed: a deleted key stays a false positive, costing the
 // Pebble read the filter exists to save, until the next build. A build is
 // started when the filter holds more keys than it was sized for (twice the
-// items the store held when it was built), and after a flush_all.
+// items the store held when it was built), and after a flush_all. A scan
+// reads the whole store (Pebble v1 cannot iterate keys without values), so
+// its cost is spread thin: one build per doubling of the keys written since
+// the last, which is about one item read for every new key written.
 type keyFilter struct {
 	logger *slog.Logger
 	cur    atomic.Pointer[blockedBloom] // nil: no filter yet, every key may exist
@@ -109,6 +113,7 @@ func (f *keyFilter) rebuild(db *pebble.DB, items int64, keep bool) {
 
 func (f *keyFilter) scan(iter *pebble.Iterator, bl *filterBuild) {
 	defer close(bl.done)
+	start := time.Now()
 	n := 0
 	for ok := iter.First(); ok; ok = iter.Next() {
 		bl.b.add(iter.Key()[1:])
@@ -131,6 +136,8 @@ func (f *keyFilter) scan(iter *pebble.Iterator, bl *filterBuild) {
 	defer f.mu.Unlock()
 	if !bl.cancelled {
 		f.cur.Store(bl.b)
+		f.logger.Info("key filter built", "scanned_keys", n, "capacity", bl.b.capacity,
+			"bytes", len(bl.b.words)*8, "took", time.Since(start).Round(time.Millisecond))
 	}
 }
 
