@@ -46,10 +46,9 @@ type keyFilter struct {
 }
 
 type filterBuild struct {
-	b         *blockedBloom
-	stop      chan struct{}
-	done      chan struct{}
-	cancelled bool // under keyFilter.mu
+	b    *blockedBloom
+	stop chan struct{} // closed under keyFilter.mu to cancel the scan
+	done chan struct{}
 }
 
 // minFilterKeys is the smallest capacity a filter is built with (24 KiB).
@@ -134,7 +133,9 @@ func (f *keyFilter) scan(iter *pebble.Iterator, bl *filterBuild) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !bl.cancelled {
+	select {
+	case <-bl.stop: // cancelled after the last key: the store may be gone
+	default:
 		f.cur.Store(bl.b)
 		f.logger.Info("key filter built", "scanned_keys", n, "capacity", bl.b.capacity,
 			"bytes", len(bl.b.words)*8, "took", time.Since(start).Round(time.Millisecond))
@@ -149,10 +150,7 @@ func (f *keyFilter) stop() {
 		return
 	}
 	f.mu.Lock()
-	if !bl.cancelled {
-		bl.cancelled = true
-		close(bl.stop)
-	}
+	close(bl.stop) // once: stop forgets the build below
 	f.mu.Unlock()
 	<-bl.done
 	f.build = nil
