@@ -6,7 +6,6 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/cockroachdb/pebble"
 )
@@ -112,7 +111,6 @@ func (f *keyFilter) rebuild(db *pebble.DB, items int64, keep bool) {
 
 func (f *keyFilter) scan(iter *pebble.Iterator, bl *filterBuild) {
 	defer close(bl.done)
-	start := time.Now()
 	n := 0
 	for ok := iter.First(); ok; ok = iter.Next() {
 		bl.b.add(iter.Key()[1:])
@@ -137,8 +135,7 @@ func (f *keyFilter) scan(iter *pebble.Iterator, bl *filterBuild) {
 	case <-bl.stop: // cancelled after the last key: the store may be gone
 	default:
 		f.cur.Store(bl.b)
-		f.logger.Info("key filter built", "scanned_keys", n, "capacity", bl.b.capacity,
-			"bytes", len(bl.b.words)*8, "took", time.Since(start).Round(time.Millisecond))
+		f.logger.Info("key filter built", "scanned_keys", n, "capacity", bl.b.capacity, "bytes", len(bl.b.words)*8)
 	}
 }
 
