@@ -34,6 +34,7 @@ func TestItemCacheIsInvisible(t *testing.T) {
 				keys[i] = fmt.Sprintf("key-%04d", i)
 			}
 			var index uint64
+			var peak int64 // the default cache's largest size after a round
 			now := t0
 			for round := 0; round < 200; round++ {
 				now += int64(rng.IntN(400)) * 1e6 // expiries pass during the run
@@ -73,10 +74,14 @@ func TestItemCacheIsInvisible(t *testing.T) {
 						require.Equal(t, wantIt, it, "round %d key %s", round, k)
 					}
 				}
+				_, _, _, bytes := stores[2].cache.stats()
+				peak = max(peak, bytes)
 			}
-			hits, _, _, bytes := stores[2].cache.stats()
+			// Not its size at the end: a flush_all in the last round empties
+			// it, and the key filter then answers the reads of missing keys.
+			hits, _, _, _ := stores[2].cache.stats()
 			require.Positive(t, hits, "the default cache was used")
-			require.Positive(t, bytes)
+			require.Positive(t, peak, "the default cache held items")
 			smallHits, _, _, small := stores[1].cache.stats()
 			require.Positive(t, smallHits, "the small cache was used")
 			require.LessOrEqual(t, small, int64(64<<10), "the small cache stayed within its bound")
