@@ -4,7 +4,6 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"math/bits"
-	"sync"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble"
@@ -38,15 +37,13 @@ type keyFilter struct {
 	cur    atomic.Pointer[blockedBloom] // nil: no filter yet, every key may exist
 	skips  atomic.Uint64                // reads it answered absent
 
-	// mu orders a build's publication against its cancellation.
-	mu sync.Mutex
 	// build is the scan in progress or last finished; apply goroutine only.
 	build *filterBuild
 }
 
 type filterBuild struct {
 	b    *blockedBloom
-	stop chan struct{} // closed under keyFilter.mu to cancel the scan
+	stop chan struct{} // closed to cancel the scan
 	done chan struct{}
 }
 
@@ -129,14 +126,11 @@ func (f *keyFilter) scan(iter *pebble.Iterator, bl *filterBuild) {
 		f.logger.Warn("key filter: scan of the state store failed; the previous filter (or none) stays until the next build", "err", err)
 		return
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	select {
-	case <-bl.stop: // cancelled after the last key: the store may be gone
-	default:
-		f.cur.Store(bl.b)
-		f.logger.Info("key filter built", "scanned_keys", n, "capacity", bl.b.capacity, "bytes", len(bl.b.words)*8)
-	}
+	// A complete scan is published even if stop came after its last key: it
+	// is a valid filter of the store it read, and the callers of stop that
+	// replace that store reset cur themselves once stop returns.
+	f.cur.Store(bl.b)
+	f.logger.Info("key filter built", "scanned_keys", n, "capacity", bl.b.capacity, "bytes", len(bl.b.words)*8)
 }
 
 // stop cancels the scan in progress, if any, and waits for it: the store
@@ -146,9 +140,7 @@ func (f *keyFilter) stop() {
 	if bl == nil {
 		return
 	}
-	f.mu.Lock()
 	close(bl.stop) // once: stop forgets the build below
-	f.mu.Unlock()
 	<-bl.done
 	f.build = nil
 }
