@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -18,6 +21,58 @@ func openTest(t *testing.T, dir string) *FSM {
 	f, err := Open(dir, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
 	require.NoError(t, err)
 	return f
+}
+
+// readers runs goroutines that each call their read function over and over,
+// concurrently with the test, until finish or their first error.
+type readers struct {
+	stop  atomic.Bool
+	reads atomic.Int64 // completed calls, all goroutines together
+	live  atomic.Int64 // readers still running
+	wg    sync.WaitGroup
+	errs  chan error
+}
+
+// startReaders starts n readers; newRead(r) makes reader r's read function,
+// so that each can keep its own state.
+func startReaders(n int, newRead func(r int) func() error) *readers {
+	rs := &readers{errs: make(chan error, n)}
+	for r := range n {
+		read := newRead(r)
+		rs.wg.Add(1)
+		rs.live.Add(1)
+		go func() {
+			defer rs.wg.Done()
+			defer rs.live.Add(-1)
+			for !rs.stop.Load() {
+				if err := read(); err != nil {
+					rs.errs <- err
+					return
+				}
+				rs.reads.Add(1)
+			}
+		}()
+	}
+	return rs
+}
+
+// await returns once the readers have made k more reads, or all have failed
+// (finish reports why).
+func (rs *readers) await(k int64) {
+	for target := rs.reads.Load() + k; rs.reads.Load() < target && rs.live.Load() > 0; {
+		runtime.Gosched()
+	}
+}
+
+// finish stops the readers, waits for them, and fails t on their errors.
+func (rs *readers) finish(t *testing.T) {
+	t.Helper()
+	rs.stop.Store(true)
+	rs.wg.Wait()
+	close(rs.errs)
+	for err := range rs.errs {
+		require.NoError(t, err)
+	}
 }
 
 // applier feeds commands to an FSM with consecutive indexes.

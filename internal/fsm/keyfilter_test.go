@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -144,36 +142,24 @@ func TestKeyFilterUnderConcurrentReads(t *testing.T) {
 	defer func() { require.NoError(t, f.Close()) }()
 	settle(f)
 	const n = 4 * minFilterKeys // two rebuilds by growth
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for r := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(r), 1))
-			for !stop.Load() {
-				applied := f.AppliedIndex() // key i is written at index i+1
-				if applied == 0 {
-					continue
-				}
-				k := fmt.Sprintf("k%06d", rng.Uint64N(applied))
-				if _, ok, err := f.Get([]byte(k), t0); err != nil || !ok {
-					errs <- fmt.Errorf("key %s applied at or before %d: found %v, err %v", k, applied, ok, err)
-					return
-				}
+	rs := startReaders(4, func(r int) func() error {
+		rng := rand.New(rand.NewPCG(uint64(r), 1))
+		return func() error {
+			applied := f.AppliedIndex() // key i is written at index i+1
+			if applied == 0 {
+				return nil
 			}
-		}()
-	}
+			k := fmt.Sprintf("k%06d", rng.Uint64N(applied))
+			if _, ok, err := f.Get([]byte(k), t0); err != nil || !ok {
+				return fmt.Errorf("key %s applied at or before %d: found %v, err %v", k, applied, ok, err)
+			}
+			return nil
+		}
+	})
 	a := &applier{t: t, f: f}
 	setPrefixed(t, a, "k", n, 64)
 	settle(f)
-	stop.Store(true)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+	rs.finish(t)
 	requireKeys(t, f, "k", n, true)
 	require.GreaterOrEqual(t, f.Stats().KeyFilterBytes, int64(n*bloomBitsPerKey/8))
 }

@@ -5,9 +5,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -84,47 +81,26 @@ func TestCheckpointInstallRoundTrip(t *testing.T) {
 	defer func() { require.NoError(t, follower.Close()) }()
 	setKeys(t, follower, 1, 0, 300, "old")
 
-	var stop atomic.Bool
-	var reads atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for r := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := r; !stop.Load(); i = (i + 7) % 600 {
-				it, ok, err := follower.Get([]byte(fmt.Sprintf("key-%d", i)), t0)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if ok && string(it.Value) != fmt.Sprintf("old-%d", i) && string(it.Value) != fmt.Sprintf("new-%d", i) {
-					errs <- fmt.Errorf("key-%d = %q", i, it.Value)
-					return
-				}
-				_ = follower.Stats()
-				if _, err := follower.Scan([]byte("key-1"), nil, 5, t0); err != nil {
-					errs <- err
-					return
-				}
-				reads.Add(1)
+	rs := startReaders(4, func(r int) func() error {
+		i := r
+		return func() error {
+			i = (i + 7) % 600
+			it, ok, err := follower.Get([]byte(fmt.Sprintf("key-%d", i)), t0)
+			if err != nil {
+				return err
 			}
-		}()
-	}
-	for reads.Load() < 1000 {
-		runtime.Gosched()
-	}
+			if ok && string(it.Value) != fmt.Sprintf("old-%d", i) && string(it.Value) != fmt.Sprintf("new-%d", i) {
+				return fmt.Errorf("key-%d = %q", i, it.Value)
+			}
+			_ = follower.Stats()
+			_, err = follower.Scan([]byte("key-1"), nil, 5, t0)
+			return err
+		}
+	})
+	rs.await(1000)
 	require.NoError(t, follower.InstallSnapshot(ck, applied))
-	before := reads.Load()
-	for reads.Load() < before+1000 {
-		runtime.Gosched()
-	}
-	stop.Store(true)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	rs.await(1000)
+	rs.finish(t)
 
 	require.Equal(t, leader.Stats().Items, follower.Stats().Items)
 	require.Equal(t, applied, follower.AppliedIndex())

@@ -20,6 +20,7 @@ type nodeCollector struct {
 	members, role                                                             *prometheus.Desc
 	proposalsApplied, proposalsFailed                                         *prometheus.Desc
 	leaseReads                                                                *prometheus.Desc
+	syncedEntries, syncedBatches, gatherHolds                                 *prometheus.Desc
 	// raft log
 	fsync, firstIndex, lastIndex, diskReads, tailEntries, tailBytes *prometheus.Desc
 	// fsm and storage
@@ -52,6 +53,9 @@ func newNodeCollector(src Sources, requests *requestCounts) *nodeCollector {
 		proposalsApplied: desc("raft", "proposals_applied_total", "Proposals made on this node that were committed and applied."),
 		proposalsFailed:  desc("raft", "proposals_failed_total", "Proposals made on this node that failed: refused (busy, no leader), timed out, or of unknown outcome after a leader change."),
 		leaseReads:       desc("raft", "lease_read_batches_total", "Read batches in --read-consistency=lease mode on this node, by how they were answered: lease (from the leader's read lease) or read_index (a ReadIndex round).", "via"),
+		syncedEntries:    desc("raft", "log_synced_entries_total", "Entries written to the raft log in fsynced batches; divided by kvd_raft_log_synced_batches_total, the entries one fsync covers (group commit)."),
+		syncedBatches:    desc("raft", "log_synced_batches_total", "Fsynced raft log batches that carried entries."),
+		gatherHolds:      desc("raft", "group_commit_holds_total", "Batches the leader held open, for at most half an fsync's time, for the writers it had just answered, so that one fsync covers them too."),
 		members:          desc("raft", "members", "Members of the raft configuration, by kind (voter, learner).", "kind"),
 		role:             desc("raft", "role", "1 for this node's current raft role, 0 for the others.", "role"),
 
@@ -94,7 +98,7 @@ func newNodeCollector(src Sources, requests *requestCounts) *nodeCollector {
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.hasLeader, c.isLeader, c.ready, c.term, c.commit, c.applied, c.leaderChanges, c.pending, c.members, c.role,
-		c.proposalsApplied, c.proposalsFailed, c.leaseReads,
+		c.proposalsApplied, c.proposalsFailed, c.leaseReads, c.syncedEntries, c.syncedBatches, c.gatherHolds,
 		c.fsync, c.firstIndex, c.lastIndex, c.diskReads, c.tailEntries, c.tailBytes,
 		c.fsmApplied, c.diskUsage, c.items, c.valueBytes, c.compactionDebt, c.cacheHits, c.cacheMisses,
 		c.itemCacheLookups, c.itemCacheBytes, c.keyFilterSkips, c.keyFilterBytes,
@@ -137,6 +141,9 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.proposalsFailed, float64(st.ProposalsFailed))
 	counter(c.leaseReads, float64(st.LeaseReads), "lease")
 	counter(c.leaseReads, float64(st.LeaseFallbacks), "read_index")
+	counter(c.syncedEntries, float64(st.SyncedEntries))
+	counter(c.syncedBatches, float64(st.SyncedBatches))
+	counter(c.gatherHolds, float64(st.GatherHolds))
 	gauge(c.members, float64(len(st.Voters)), "voter")
 	gauge(c.members, float64(len(st.Learners)), "learner")
 	for _, r := range raftRoles {

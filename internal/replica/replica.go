@@ -180,6 +180,11 @@ type Status struct {
 	// LeaseReads counts read batches the leader answered from its lease;
 	// LeaseFallbacks, those in lease mode that needed a ReadIndex round.
 	LeaseReads, LeaseFallbacks uint64
+	// SyncedEntries counts entries written in fsynced log batches, and
+	// SyncedBatches those batches: their ratio is what group commit
+	// achieves. GatherHolds counts the batches a leader held open for the
+	// writers it had just answered (gather).
+	SyncedEntries, SyncedBatches, GatherHolds uint64
 }
 
 // report is a transport's word about a peer, handed to raft in the loop.
@@ -240,6 +245,13 @@ type Replica struct {
 	ticks                             uint64
 	promoteAfter                      map[uint64]uint64 // learner ID → tick before which no new promotion is proposed
 	removed                           bool              // this member was removed from the configuration
+	// Group commit (gather): the fsync time's moving average, the writers
+	// expected in the next batch, the hold's timer, and counts for Status.
+	syncTime                                  time.Duration
+	writers                                   int
+	gatherSkip, gatherBackoff                 int // holds to skip, and the skip after the next fruitless one
+	gatherTimer                               *time.Timer
+	syncedEntries, syncedBatches, gatherHolds uint64
 }
 
 // Start opens the raft member over log and sm and runs its Ready loop until
@@ -513,7 +525,7 @@ func (r *Replica) run() {
 			f()
 		case p := <-r.propc:
 			r.propose(p)
-			r.drain()
+			r.gather(1 + r.drain())
 		case m := <-r.recvc:
 			r.step(m)
 			r.drain()
@@ -548,17 +560,83 @@ func (r *Replica) run() {
 // so that one Ready, and one fsync, covers all of it: group commit. A leader
 // that stepped each follower's acknowledgement or forwarded proposal alone
 // would pay an fsync and an apply round for every message.
-func (r *Replica) drain() {
+// It returns how many proposals it took.
+func (r *Replica) drain() int {
+	props := 0
 	for n := 0; n < 1024; n++ {
 		select {
 		case p := <-r.propc:
 			r.propose(p)
+			props++
 		case m := <-r.recvc:
 			r.step(m)
 		default:
+			return props
+		}
+	}
+	return props
+}
+
+// gather holds a leader's batch of n proposals open, briefly, for the
+// writers it has just answered: group commit's other half. Without it the
+// writers of a busy node split into two alternating groups, the one whose
+// entries are being fsynced and the one that was answered meanwhile, so
+// each fsync covers about half of them. A writer answered after an apply
+// takes tens of microseconds to send its next write, against an fsync of
+// hundreds, so waiting for it lets one fsync cover both groups.
+//
+// The hold is bounded by half the recent fsync time (waiting longer costs
+// more than the fsync it saves) and is taken only when the last apply
+// answered writers that have not come back yet: a lone writer never
+// waits. It ends at once when a peer's message or a reader arrives, so
+// it never delays a commit or a read. This is PostgreSQL's commit_delay
+// with commit_siblings, with the delay and the sibling count measured
+// rather than configured.
+//
+// An answered writer need not write again soon (a client that mostly
+// reads, say), and then holding for it only delays the writes in hand. A
+// hold that runs out before every writer it waited for is back makes the
+// next holds be skipped, twice as many after each such hold, up to
+// maxGatherSkip; a hold that gathers them all ends the backoff.
+func (r *Replica) gather(n int) {
+	want := r.writers
+	r.writers = 0
+	if n >= want || r.leader != uint64(r.cfg.ID) {
+		return
+	}
+	hold := r.syncTime / 2
+	if hold <= 0 {
+		return
+	}
+	if r.gatherSkip > 0 {
+		r.gatherSkip--
+		return
+	}
+	hold = min(hold, maxGather)
+	if r.gatherTimer == nil {
+		r.gatherTimer = time.NewTimer(hold)
+	} else {
+		r.gatherTimer.Reset(hold)
+	}
+	defer r.gatherTimer.Stop()
+	r.gatherHolds++
+	for n < want {
+		select {
+		case p := <-r.propc:
+			r.propose(p)
+			n += 1 + r.drain()
+		case m := <-r.recvc:
+			r.step(m)
+			return
+		case <-r.readc:
+			return
+		case <-r.gatherTimer.C:
+			r.gatherBackoff = min(2*r.gatherBackoff+1, maxGatherSkip)
+			r.gatherSkip = r.gatherBackoff
 			return
 		}
 	}
+	r.gatherBackoff = 0
 }
 
 // readIndex finds the index a batch of readers must wait for: the commit
@@ -655,8 +733,15 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 		}
 	}
 	if !raft.IsEmptyHardState(rd.HardState) || len(rd.Entries) > 0 {
+		start := time.Now()
 		if err := r.log.Save(rd.HardState, rd.Entries); err != nil {
 			return fmt.Errorf("persist raft log: %w", err)
+		}
+		if rd.MustSync && len(rd.Entries) > 0 {
+			// A moving average over the last eight or so fsyncs.
+			r.syncTime += (time.Since(start) - r.syncTime) / 8
+			r.syncedBatches++
+			r.syncedEntries += uint64(len(rd.Entries))
 		}
 	}
 	// 2. Send (a follower or candidate only now: its votes and
@@ -712,9 +797,14 @@ func (r *Replica) apply(committed []*pb.Entry) error {
 		return fmt.Errorf("apply committed entries: %w", err)
 	}
 	r.span.applied(committed[len(committed)-1].GetIndex(), bytes)
+	// The writers gather waits for: those whose writes are queued already,
+	// counted before the others are answered (an answered writer may be
+	// quick enough to queue its next write before we count), and those
+	// about to be answered.
+	r.writers = len(r.propc)
 	for _, a := range results {
-		if a.ReqID != 0 {
-			r.waits.trigger(a.ReqID, Outcome{Result: a.Result})
+		if a.ReqID != 0 && r.waits.trigger(a.ReqID, Outcome{Result: a.Result}) {
+			r.writers++
 		}
 	}
 	return r.maybeCompact()
@@ -821,6 +911,9 @@ func (r *Replica) publishStatus() {
 		Removed:        r.removed && r.sm.AppliedIndex() >= st.GetCommit(),
 		LeaseReads:     r.lease.served,
 		LeaseFallbacks: r.lease.fallback,
+		SyncedEntries:  r.syncedEntries,
+		SyncedBatches:  r.syncedBatches,
+		GatherHolds:    r.gatherHolds,
 	}
 	for _, v := range r.confState.GetVoters() {
 		s.Voters = append(s.Voters, NodeID(v))
@@ -849,6 +942,13 @@ func (r *Replica) publishStatus() {
 // readyProbe is the ReadIndex context of the readiness probe; the read
 // batcher's contexts are 8-byte counters, so they never collide with it.
 const readyProbe = "kvd-ready-probe"
+
+// maxGather bounds gather's hold whatever the disk's fsync time, and
+// maxGatherSkip the holds skipped after one that did not pay.
+const (
+	maxGather     = time.Millisecond
+	maxGatherSkip = 64
+)
 
 func roleName(s raft.StateType) string {
 	switch s {

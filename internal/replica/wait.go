@@ -35,9 +35,10 @@ func (w *waitRegistry) register(id uint64) (chan Outcome, bool) {
 	return ch, true
 }
 
-// trigger delivers o to id's waiter if one is registered here. Entries
-// proposed on other nodes have no waiter on this one.
-func (w *waitRegistry) trigger(id uint64, o Outcome) {
+// trigger delivers o to id's waiter if one is registered here, and says
+// whether one was. Entries proposed on other nodes have no waiter on this
+// one.
+func (w *waitRegistry) trigger(id uint64, o Outcome) bool {
 	w.mu.Lock()
 	ch, ok := w.m[id]
 	delete(w.m, id)
@@ -45,6 +46,7 @@ func (w *waitRegistry) trigger(id uint64, o Outcome) {
 	if ok {
 		ch <- o
 	}
+	return ok
 }
 
 func (w *waitRegistry) cancel(id uint64) {
