@@ -111,7 +111,7 @@ func (r *Replica) ChangeMember(ctx context.Context, reqID uint64, typ ConfChange
 				return ErrUnknownMember
 			}
 			if isVoter && !force {
-				if err := removalSafe(st, voters, uint64(id)); err != nil {
+				if err := removalSafe(st, voters, uint64(id), r.heardFrom); err != nil {
 					return err
 				}
 			}
@@ -136,7 +136,7 @@ func (r *Replica) ChangeMember(ctx context.Context, reqID uint64, typ ConfChange
 
 // removalSafe checks that after removing id the voters the leader hears from
 // still form a quorum of the remaining voters.
-func removalSafe(st raft.Status, voters []uint64, id uint64) error {
+func removalSafe(st raft.Status, voters []uint64, id uint64, heard func(uint64, tracker.Progress) bool) error {
 	left := 0
 	healthy := 0
 	for _, v := range voters {
@@ -144,7 +144,7 @@ func removalSafe(st raft.Status, voters []uint64, id uint64) error {
 			continue
 		}
 		left++
-		if pr, ok := st.Progress[v]; v == st.ID || (ok && pr.RecentActive) {
+		if pr, ok := st.Progress[v]; v == st.ID || (ok && heard(v, pr)) {
 			healthy++
 		}
 	}
@@ -179,7 +179,7 @@ func (r *Replica) TransferLeadership(ctx context.Context, to NodeID) (NodeID, er
 		}
 		voters := r.confState.GetVoters()
 		if to == 0 {
-			to = NodeID(bestSuccessor(st, voters))
+			to = NodeID(bestSuccessor(st, voters, r.heardFrom))
 			if to == 0 {
 				return errors.New("transfer leadership: no other voter to transfer to")
 			}
@@ -217,12 +217,12 @@ func (r *Replica) TransferLeadership(ctx context.Context, to NodeID) (NodeID, er
 
 // bestSuccessor is the voter, other than the leader, with the most of the
 // log, among those the leader hears from.
-func bestSuccessor(st raft.Status, voters []uint64) uint64 {
+func bestSuccessor(st raft.Status, voters []uint64, heard func(uint64, tracker.Progress) bool) uint64 {
 	var best uint64
 	var bestMatch uint64
 	for _, v := range voters {
 		pr, ok := st.Progress[v]
-		if v == st.ID || !ok || !pr.RecentActive {
+		if v == st.ID || !ok || !heard(v, pr) {
 			continue
 		}
 		if best == 0 || pr.Match > bestMatch {
@@ -255,9 +255,15 @@ func (r *Replica) onTick() {
 	}
 	// Status copies every peer's progress: once per tick, not per Ready.
 	st := r.rn.Status()
+	if r.heardAt == nil {
+		r.heardAt = map[uint64]uint64{}
+	}
 	out := make(map[NodeID]Progress, len(st.Progress))
 	for id, pr := range st.Progress {
-		out[NodeID(id)] = Progress{Match: pr.Match, Active: id == st.ID || pr.RecentActive, Learner: pr.IsLearner}
+		if pr.RecentActive {
+			r.heardAt[id] = r.ticks
+		}
+		out[NodeID(id)] = Progress{Match: pr.Match, Active: id == st.ID || r.heardFrom(id, pr), Learner: pr.IsLearner}
 	}
 	r.progress.Store(&out)
 	for id, pr := range st.Progress {
@@ -276,6 +282,28 @@ func (r *Replica) onTick() {
 			}
 		}
 	}
+}
+
+// heardGrace is how many ticks a peer last seen active still counts as
+// heard from. One tick covers the reset below; the second covers a
+// heartbeat answer that takes longer than a tick on a loaded machine.
+const heardGrace = 2
+
+// heardFrom reports whether the leader heard from peer id within about an
+// election timeout. raft's RecentActive alone is not that: with CheckQuorum
+// the leader clears it for every peer once per election timeout, in the
+// same tick that sends the heartbeats that will set it again. Read in that
+// gap (the rest of the tick for the published progress, a round trip for
+// an admin request) every follower looks silent, so a healthy cluster
+// would show all its followers unhealthy and refuse a safe removal. A peer
+// seen active at one of the last heardGrace ticks still counts; a dead one
+// is reported at most heardGrace ticks later than raft alone would.
+func (r *Replica) heardFrom(id uint64, pr tracker.Progress) bool {
+	if pr.RecentActive {
+		return true
+	}
+	at, ok := r.heardAt[id]
+	return ok && r.ticks-at <= heardGrace
 }
 
 // caughtUp: the learner is replicating and within a small window of the

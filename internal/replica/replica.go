@@ -244,6 +244,7 @@ type Replica struct {
 	progress                          atomic.Pointer[map[NodeID]Progress]
 	ticks                             uint64
 	promoteAfter                      map[uint64]uint64 // learner ID → tick before which no new promotion is proposed
+	heardAt                           map[uint64]uint64 // peer ID → last tick the leader saw it RecentActive
 	removed                           bool              // this member was removed from the configuration
 	// Group commit (gather): the fsync time's moving average, the writers
 	// expected in the next batch, the hold's timer, and counts for Status.

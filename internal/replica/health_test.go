@@ -1,0 +1,126 @@
+package replica
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/vfs"
+	"github.com/stretchr/testify/require"
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/kvd-project/kvd/internal/raftlog"
+	"github.com/kvd-project/kvd/internal/transport"
+)
+
+// handlerOf lets a transport be registered before the replica it delivers
+// to exists (Start needs the transport).
+type handlerOf struct{ r atomic.Pointer[Replica] }
+
+func (h *handlerOf) Step(ctx context.Context, m *pb.Message) error {
+	if r := h.r.Load(); r != nil {
+		return r.Step(ctx, m)
+	}
+	return ErrStopped
+}
+
+func (h *handlerOf) ReportUnreachable(id uint64) {
+	if r := h.r.Load(); r != nil {
+		r.ReportUnreachable(id)
+	}
+}
+
+func (h *handlerOf) ReportSnapshot(id uint64, failed bool) {
+	if r := h.r.Load(); r != nil {
+		r.ReportSnapshot(id, failed)
+	}
+}
+
+// startTrio starts a three-voter group on an in-process network and
+// returns its replicas (index i is node i+1) and the index of the leader.
+func startTrio(t *testing.T, net *transport.MemNetwork) ([]*Replica, int) {
+	t.Helper()
+	peers := []NodeID{1, 2, 3}
+	reps := make([]*Replica, len(peers))
+	for i, id := range peers {
+		l, err := raftlog.Open("raft", nil, raftlog.Options{FS: vfs.NewMem()})
+		require.NoError(t, err)
+		h := &handlerOf{}
+		tr := net.Transport(uint64(id), h)
+		r, err := Start(Config{ID: id, Peers: peers, TickInterval: 10 * time.Millisecond},
+			l, &echoSM{}, tr, slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		h.r.Store(r)
+		reps[i] = r
+		t.Cleanup(func() {
+			r.Stop()
+			<-r.Done()
+			require.NoError(t, tr.Close())
+			require.NoError(t, l.Close())
+		})
+	}
+	lead := -1
+	require.Eventually(t, func() bool {
+		for i, r := range reps {
+			if st := r.Status(); st.Ready && st.Leader == st.ID {
+				lead = i
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 5*time.Millisecond)
+	return reps, lead
+}
+
+// TestLeaderSeesLiveFollowersAtEveryTick samples the leader's published
+// progress many times per tick over several election timeouts: a follower
+// that answers every heartbeat must never show as inactive, not even in the
+// tick where CheckQuorum clears raft's activity flags. Then a stopped
+// follower must show as inactive.
+func TestLeaderSeesLiveFollowersAtEveryTick(t *testing.T) {
+	net := transport.NewMemNetwork()
+	defer net.Close()
+	reps, lead := startTrio(t, net)
+	leader := reps[lead]
+	require.Eventually(t, func() bool { return len(leader.Progress()) == 3 }, 10*time.Second, time.Millisecond)
+
+	// Every progress the leader publishes (one per tick) over ten election
+	// timeouts, so ten CheckQuorum resets: none may show a live follower
+	// as inactive. Sampling is ten times a tick, so few ticks are missed.
+	seen := 0
+	var last *map[NodeID]Progress
+	deadline := time.Now().Add(30 * time.Second)
+	for seen < 100 && time.Now().Before(deadline) {
+		if p := leader.progress.Load(); p != last {
+			last = p
+			seen++
+			for id, pr := range *p {
+				require.True(t, pr.Active, "follower %x inactive in published progress %d", id, seen)
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	require.Equal(t, 100, seen, "the leader published progress for 100 ticks")
+
+	// A follower that is gone is reported as such.
+	gone := reps[(lead+1)%3]
+	goneID := gone.Status().ID
+	net.Partition([]uint64{uint64(goneID)}, others(goneID))
+	require.Eventually(t, func() bool {
+		pr, ok := leader.Progress()[goneID]
+		return ok && !pr.Active
+	}, 10*time.Second, 5*time.Millisecond)
+	require.True(t, leader.Progress()[reps[(lead+2)%3].Status().ID].Active)
+}
+
+func others(id NodeID) []uint64 {
+	var out []uint64
+	for _, p := range []NodeID{1, 2, 3} {
+		if p != id {
+			out = append(out, uint64(p))
+		}
+	}
+	return out
+}
