@@ -130,7 +130,9 @@ func TestGroupCommitGathersAnsweredWriters(t *testing.T) {
 	entries := st.SyncedEntries - before.SyncedEntries
 	perSync := float64(entries) / float64(batches)
 	t.Logf("%d writes in %d fsyncs (%.1f each), %d holds", entries, batches, perSync, st.GatherHolds-before.GatherHolds)
-	require.Greater(t, perSync, 6.0, "eight writers should share nearly every fsync")
+	// Idle, this gets 7.4–8.0; without the hold exactly 4.0. The margin is
+	// for a loaded machine, where a writer's wake-up can outlast the hold.
+	require.Greater(t, perSync, 5.0, "eight writers should share most fsyncs")
 	require.Positive(t, st.GatherHolds-before.GatherHolds)
 }
 

@@ -284,26 +284,23 @@ func (r *Replica) onTick() {
 	}
 }
 
-// heardGrace is how many ticks a peer last seen active still counts as
-// heard from. One tick covers the reset below; the second covers a
-// heartbeat answer that takes longer than a tick on a loaded machine.
-const heardGrace = 2
-
 // heardFrom reports whether the leader heard from peer id within about an
 // election timeout. raft's RecentActive alone is not that: with CheckQuorum
 // the leader clears it for every peer once per election timeout, in the
 // same tick that sends the heartbeats that will set it again. Read in that
 // gap (the rest of the tick for the published progress, a round trip for
-// an admin request) every follower looks silent, so a healthy cluster
-// would show all its followers unhealthy and refuse a safe removal. A peer
-// seen active at one of the last heardGrace ticks still counts; a dead one
-// is reported at most heardGrace ticks later than raft alone would.
+// an admin request, longer if a follower is slow to answer) every follower
+// looks silent, so a healthy cluster would show all its followers
+// unhealthy and refuse a safe removal. A peer seen active within the last
+// ElectionTicks ticks still counts, which is the window CheckQuorum itself
+// judges by; a dead peer is reported at most one election timeout later
+// than raft's flag alone would.
 func (r *Replica) heardFrom(id uint64, pr tracker.Progress) bool {
 	if pr.RecentActive {
 		return true
 	}
 	at, ok := r.heardAt[id]
-	return ok && r.ticks-at <= heardGrace
+	return ok && r.ticks-at <= uint64(r.cfg.ElectionTicks)
 }
 
 // caughtUp: the learner is replicating and within a small window of the
