@@ -304,10 +304,10 @@ func (f *FSM) visible(it *Item, nowNs int64) bool {
 }
 
 // visible is the one rule, for reads and for apply: an item is gone from its
-// expiry second on, and once a delayed flush_all horizon (flushAt, Unix ns;
+// expiry instant on, and once a delayed flush_all horizon (flushAt, Unix ns;
 // 0 = none) has passed, so is everything stored before it.
 func visible(it *Item, flushAt, nowNs int64) bool {
-	if it.Expiry != 0 && it.Expiry <= nowNs/1e9 {
+	if it.ExpiresAt != 0 && it.ExpiresAt <= nowNs {
 		return false
 	}
 	return flushAt == 0 || nowNs < flushAt || it.StoredAt >= flushAt
@@ -450,8 +450,7 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 		return Result{}, err
 	}
 	live := exists && visible(&old, st.flushAt, c.Stamp)
-	nowSec := c.Stamp / 1e9
-	next := Item{Flags: c.Flags, Expiry: expiryOf(c.Exptime, nowSec), CAS: index, StoredAt: c.Stamp, Value: c.Value}
+	next := Item{Flags: c.Flags, ExpiresAt: expiryOf(c.Exptime, c.Stamp), CAS: index, StoredAt: c.Stamp, Value: c.Value}
 
 	switch c.Op {
 	case command.OpSet:
@@ -483,7 +482,7 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 		} else {
 			v = append(append(v, c.Value...), old.Value...)
 		}
-		next.Flags, next.Expiry, next.Value = old.Flags, old.Expiry, v
+		next.Flags, next.ExpiresAt, next.Value = old.Flags, old.ExpiresAt, v
 	case command.OpIncr, command.OpDecr:
 		if !live {
 			return Result{Status: StatusNotFound}, nil
@@ -499,9 +498,9 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 		} else {
 			n -= c.Delta
 		}
-		next.Flags, next.Expiry = old.Flags, old.Expiry
+		next.Flags, next.ExpiresAt = old.Flags, old.ExpiresAt
 		next.Value = formatCounter(n, len(old.Value))
-		if err := f.store(b, st, c.Key, &old, exists, &next, nowSec); err != nil {
+		if err := f.store(b, st, c.Key, &old, exists, &next, c.Stamp); err != nil {
 			return Result{}, err
 		}
 		return Result{Status: StatusValue, Value: n}, nil
@@ -511,8 +510,8 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 		}
 		next = old
 		next.Value = append([]byte(nil), old.Value...)
-		next.Expiry = expiryOf(c.Exptime, nowSec)
-		if err := f.store(b, st, c.Key, &old, exists, &next, nowSec); err != nil {
+		next.ExpiresAt = expiryOf(c.Exptime, c.Stamp)
+		if err := f.store(b, st, c.Key, &old, exists, &next, c.Stamp); err != nil {
 			return Result{}, err
 		}
 		if c.Op == command.OpGAT {
@@ -532,7 +531,7 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 	default:
 		return Result{Status: StatusInvalid}, nil
 	}
-	if err := f.store(b, st, c.Key, &old, exists, &next, nowSec); err != nil {
+	if err := f.store(b, st, c.Key, &old, exists, &next, c.Stamp); err != nil {
 		return Result{}, err
 	}
 	return Result{Status: StatusStored}, nil
@@ -541,7 +540,7 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 func (f *FSM) applyFlush(b *pebble.Batch, st *applyState, c *command.Command) (Result, error) {
 	at := c.Stamp
 	if c.Delay > 0 {
-		at = expiryOf(c.Delay, c.Stamp/1e9) * 1e9
+		at = expiryOf(c.Delay, c.Stamp)
 	}
 	if at > c.Stamp {
 		// A later flush_all replaces a pending one, as in memcached.
@@ -601,8 +600,8 @@ func (f *FSM) load(b *pebble.Batch, key []byte) (Item, bool, error) {
 	return readItem(v, key)
 }
 
-func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *Item, exists bool, next *Item, nowSec int64) error {
-	if next.Expiry != 0 && next.Expiry <= nowSec {
+func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *Item, exists bool, next *Item, nowNs int64) error {
+	if next.ExpiresAt != 0 && next.ExpiresAt <= nowNs {
 		// Stored already expired (negative or past exptime): invisible from the
 		// start, so keep nothing.
 		if exists {
@@ -612,8 +611,8 @@ func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *Item, exis
 	}
 	if exists {
 		st.bytes -= int64(len(old.Value))
-		if old.Expiry != 0 {
-			f.kbuf = expiryKey(f.kbuf[:0], old.Expiry, key)
+		if old.ExpiresAt != 0 {
+			f.kbuf = expiryKey(f.kbuf[:0], old.ExpiresAt, key)
 			if err := b.Delete(f.kbuf, nil); err != nil {
 				return fmt.Errorf("unindex %q: %w", key, err)
 			}
@@ -629,10 +628,10 @@ func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *Item, exis
 		return fmt.Errorf("write %q: %w", key, err)
 	}
 	f.cached(key, append([]byte(nil), f.vbuf...))
-	if next.Expiry != 0 {
+	if next.ExpiresAt != 0 {
 		var cas [8]byte
 		binary.BigEndian.PutUint64(cas[:], next.CAS)
-		f.kbuf = expiryKey(f.kbuf[:0], next.Expiry, key)
+		f.kbuf = expiryKey(f.kbuf[:0], next.ExpiresAt, key)
 		if err := b.Set(f.kbuf, cas[:], nil); err != nil {
 			return fmt.Errorf("index %q: %w", key, err)
 		}
@@ -648,8 +647,8 @@ func (f *FSM) remove(b *pebble.Batch, st *applyState, key []byte, old *Item) err
 		return fmt.Errorf("delete %q: %w", key, err)
 	}
 	f.cached(key, absent)
-	if old.Expiry != 0 {
-		f.kbuf = expiryKey(f.kbuf[:0], old.Expiry, key)
+	if old.ExpiresAt != 0 {
+		f.kbuf = expiryKey(f.kbuf[:0], old.ExpiresAt, key)
 		if err := b.Delete(f.kbuf, nil); err != nil {
 			return fmt.Errorf("unindex %q: %w", key, err)
 		}

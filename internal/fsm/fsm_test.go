@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/cockroachdb/pebble"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvd-project/kvd/internal/command"
@@ -213,7 +215,8 @@ func TestCASIsTheRaftIndexAndSurvivesReopen(t *testing.T) {
 	a.do(command.Command{Op: command.OpTouch, Key: []byte("a"), Exptime: 100})
 	it2, _, _ := f.Get([]byte("a"), t0)
 	require.Equal(t, uint64(3), it2.CAS)
-	require.Equal(t, t0/1e9+100, it2.Expiry)
+	require.Equal(t, t0+100*1e9, it2.ExpiresAt)
+	require.Equal(t, t0/1e9+100, it2.ExpirySec())
 
 	require.NoError(t, f.Close())
 	f = openTest(t, dir)
@@ -277,7 +280,7 @@ func TestExpiry(t *testing.T) {
 		it, ok, err := f.Get([]byte(tc.key), t0)
 		require.NoError(t, err)
 		require.True(t, ok, tc.key)
-		require.Equal(t, tc.expiry, it.Expiry, tc.key)
+		require.Equal(t, tc.expiry, it.ExpirySec(), tc.key)
 	}
 	// Hidden from the expiry second on, on read and on apply.
 	_, ok, _ := f.Get([]byte("relative"), (now+9)*1e9)
@@ -305,6 +308,100 @@ func TestExpiry(t *testing.T) {
 	due, err = f.ExpiredBefore(now+2592000, 100)
 	require.NoError(t, err)
 	require.Empty(t, due)
+}
+
+// TestRelativeExpiryIsExact: an item stored or touched with a relative
+// exptime of n is retrievable until exactly n seconds after its write and
+// not from then on, wherever in a second the write falls. (memcached counts
+// from its current whole second and may drop the item up to a second early.)
+func TestRelativeExpiryIsExact(t *testing.T) {
+	f := openTest(t, t.TempDir())
+	defer f.Close()
+	a := &applier{t: t, f: f}
+	const n = 2
+	for _, frac := range []int64{0, 1, 5e8, 1e9 - 1} {
+		stamp := t0 + frac
+		for _, op := range []command.Op{command.OpSet, command.OpTouch} {
+			key := fmt.Sprintf("%v-%d", op, frac)
+			c := set(command.OpSet, key, "v")
+			if op == command.OpTouch {
+				c.Stamp = stamp // never expires until the touch below
+				a.do(c)
+				c = command.Command{Op: command.OpTouch, Key: []byte(key)}
+			}
+			c.Exptime, c.Stamp = n, stamp
+			require.NotEqual(t, StatusNotFound, a.do(c).Status, key)
+			_, ok, err := f.Get([]byte(key), stamp+n*1e9-1)
+			require.NoError(t, err)
+			require.True(t, ok, "%s: gone before %ds", key, n)
+			_, ok, err = f.Get([]byte(key), stamp+n*1e9)
+			require.NoError(t, err)
+			require.False(t, ok, "%s: still there at %ds", key, n)
+		}
+	}
+	// The sweep finds an item once its expiry second has begun, not before.
+	due, err := f.ExpiredBefore(t0/1e9+n, 100)
+	require.NoError(t, err)
+	require.Len(t, due, 2, "only the writes at a whole second are due at it")
+	due, err = f.ExpiredBefore(t0/1e9+n+1, 100)
+	require.NoError(t, err)
+	require.Len(t, due, 8)
+}
+
+// TestVersionOneItemsStillRead: items written by kvd before expiry had
+// nanosecond precision (version 1, whole seconds) are read, expire, are
+// replaced and are swept as before.
+func TestVersionOneItemsStillRead(t *testing.T) {
+	dir := t.TempDir()
+	f := openTest(t, dir)
+	a := &applier{t: t, f: f}
+	now := t0 / 1e9
+	for _, key := range []string{"old", "kept", "swept"} {
+		c := set(command.OpSet, key, "v")
+		c.Exptime = 10
+		a.do(c)
+	}
+	// Rewrite them as version 1 would have stored them: expiry in seconds.
+	for _, key := range []string{"old", "kept", "swept"} {
+		raw, closer, err := f.db.Get(dataKey(nil, []byte(key)))
+		require.NoError(t, err)
+		v1 := append([]byte(nil), raw...)
+		require.NoError(t, closer.Close())
+		v1[0] = itemVersionSec
+		binary.BigEndian.PutUint64(v1[5:], uint64(now+10))
+		require.NoError(t, f.db.Set(dataKey(nil, []byte(key)), v1, pebble.Sync))
+	}
+	require.NoError(t, f.Close())
+	f = openTest(t, dir)
+	defer f.Close()
+	a.f = f
+
+	it, ok, err := f.Get([]byte("old"), t0)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, now+10, it.ExpirySec())
+	_, ok, _ = f.Get([]byte("old"), (now+10)*1e9-1)
+	require.True(t, ok)
+	_, ok, _ = f.Get([]byte("old"), (now+10)*1e9)
+	require.False(t, ok)
+
+	// A write replaces a version 1 item and its index entry.
+	c := set(command.OpSet, "kept", "new")
+	c.Exptime = 100
+	a.do(c)
+	due, err := f.ExpiredBefore(now+10, 100)
+	require.NoError(t, err)
+	var keys []string
+	for _, d := range due {
+		keys = append(keys, string(d.Key))
+	}
+	require.ElementsMatch(t, []string{"old", "swept"}, keys)
+	a.do(command.Command{Op: command.OpExpire, Stamp: (now + 10) * 1e9, Expired: due})
+	require.Equal(t, int64(1), f.Stats().Items)
+	due, err = f.ExpiredBefore(now+100, 100)
+	require.NoError(t, err)
+	require.Len(t, due, 1)
+	require.Equal(t, "kept", string(due[0].Key))
 }
 
 func TestFlushAll(t *testing.T) {

@@ -8,9 +8,9 @@ import (
 // Item is one stored value as clients see it.
 type Item struct {
 	Flags uint32
-	// Expiry is an absolute Unix time in seconds; 0 means never. The item is
-	// gone from the first second >= Expiry.
-	Expiry int64
+	// ExpiresAt is when the item goes (Unix ns; 0 means never): it is
+	// visible before that instant and gone from it on.
+	ExpiresAt int64
 	// CAS is the raft index of the entry that last changed the value, so every
 	// node hands out the same token and tokens survive failover and restart.
 	CAS uint64
@@ -20,15 +20,26 @@ type Item struct {
 	Value    []byte
 }
 
+// ExpirySec is the first whole Unix second at which the item is gone (0:
+// never), as memcached and the expiry index count.
+func (it *Item) ExpirySec() int64 { return ceilSec(it.ExpiresAt) }
+
+func ceilSec(ns int64) int64 { return (ns + 1e9 - 1) / 1e9 }
+
+// Item versions. Version 1 kept the expiry in whole seconds, which made a
+// relative exptime count from the current second, so an item could go up
+// to a second early (as in memcached); version 2 keeps it in nanoseconds.
+// Both are read; only version 2 is written.
 const (
-	itemVersion   = 1
-	itemHeaderLen = 1 + 4 + 8 + 8 + 8
+	itemVersionSec = 1
+	itemVersion    = 2
+	itemHeaderLen  = 1 + 4 + 8 + 8 + 8
 )
 
 func encodeItem(dst []byte, it *Item) []byte {
 	dst = append(dst, itemVersion)
 	dst = binary.BigEndian.AppendUint32(dst, it.Flags)
-	dst = binary.BigEndian.AppendUint64(dst, uint64(it.Expiry))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(it.ExpiresAt))
 	dst = binary.BigEndian.AppendUint64(dst, it.CAS)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(it.StoredAt))
 	return append(dst, it.Value...)
@@ -36,11 +47,14 @@ func encodeItem(dst []byte, it *Item) []byte {
 
 // decodeItem parses b; Value aliases b.
 func decodeItem(b []byte, it *Item) error {
-	if len(b) < itemHeaderLen || b[0] != itemVersion {
+	if len(b) < itemHeaderLen || (b[0] != itemVersion && b[0] != itemVersionSec) {
 		return fmt.Errorf("decode item: bad header (%d bytes, version %d)", len(b), firstByte(b))
 	}
 	it.Flags = binary.BigEndian.Uint32(b[1:])
-	it.Expiry = int64(binary.BigEndian.Uint64(b[5:]))
+	it.ExpiresAt = int64(binary.BigEndian.Uint64(b[5:]))
+	if b[0] == itemVersionSec {
+		it.ExpiresAt *= 1e9
+	}
 	it.CAS = binary.BigEndian.Uint64(b[13:])
 	it.StoredAt = int64(binary.BigEndian.Uint64(b[21:]))
 	it.Value = b[itemHeaderLen:]
@@ -77,16 +91,24 @@ func dataKey(dst, key []byte) []byte {
 	return append(dst, key...)
 }
 
-func expiryKey(dst []byte, expiry int64, key []byte) []byte {
+// expiryKey indexes an item expiring at expiresAt (Unix ns) under the first
+// whole second at which it is gone, the unit of the sweep (ExpiredBefore);
+// version 1 items, whose expiry was whole seconds, keep their index keys.
+func expiryKey(dst []byte, expiresAt int64, key []byte) []byte {
 	dst = append(dst, prefixExpiry)
-	dst = binary.BigEndian.AppendUint64(dst, uint64(expiry))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(ceilSec(expiresAt)))
 	return append(dst, key...)
 }
 
-// expiryOf turns memcached's exptime into an absolute expiry (Unix seconds)
-// as of nowSec, exactly as memcached does: 0 never expires, up to 30 days is
-// relative, larger is an absolute Unix time, negative is already expired.
-func expiryOf(exptime, nowSec int64) int64 {
+// expiryOf turns memcached's exptime into the instant an item written at
+// stampNs goes (Unix ns): 0 never expires, up to 30 days is relative,
+// larger is an absolute Unix time, negative is already expired. A relative
+// exptime counts from the write's own stamp, to the nanosecond: the item is
+// retrievable for exactly that long and not after, where memcached, which
+// counts from its current whole second, may drop it up to a second early.
+// With a durable write's latency added to that second, a client touching a
+// 2-second item every second would lose it now and then.
+func expiryOf(exptime, stampNs int64) int64 {
 	const maxRelative = 60 * 60 * 24 * 30
 	switch {
 	case exptime == 0:
@@ -94,8 +116,8 @@ func expiryOf(exptime, nowSec int64) int64 {
 	case exptime < 0:
 		return 1
 	case exptime <= maxRelative:
-		return nowSec + exptime
+		return stampNs + exptime*1e9
 	default:
-		return exptime
+		return exptime * 1e9
 	}
 }

@@ -13,7 +13,8 @@ import (
 type ScanItem struct {
 	Key   []byte
 	Flags uint32
-	// Expiry is an absolute Unix time in seconds; 0 means never.
+	// Expiry is the first Unix second at which the item is gone; 0 means
+	// never.
 	Expiry int64
 	// CAS is the item's CAS token (the raft index that last changed it).
 	CAS uint64
@@ -72,7 +73,7 @@ func (f *FSM) Scan(prefix, after []byte, limit int, nowNs int64) ([]ScanItem, er
 		out = append(out, ScanItem{
 			Key:    append([]byte(nil), k[1:]...),
 			Flags:  it.Flags,
-			Expiry: it.Expiry,
+			Expiry: it.ExpirySec(),
 			CAS:    it.CAS,
 			Size:   len(it.Value),
 		})

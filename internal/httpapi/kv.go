@@ -41,7 +41,8 @@ const (
 	HeaderFlags = "X-Kvd-Flags"
 	// HeaderTTL carries memcached's exptime on PUT.
 	HeaderTTL = "X-Kvd-TTL"
-	// HeaderExpires carries the item's absolute expiry (Unix seconds) on GET.
+	// HeaderExpires carries the item's absolute expiry on GET: the first Unix
+	// second at which it is gone.
 	HeaderExpires = "X-Kvd-Expires"
 )
 
@@ -129,8 +130,8 @@ func (a *api) getKey(w http.ResponseWriter, r *http.Request, rawKey string) stri
 	h := w.Header()
 	h.Set("ETag", formatETag(it.CAS))
 	h.Set(HeaderFlags, strconv.FormatUint(uint64(it.Flags), 10))
-	if it.Expiry != 0 {
-		h.Set(HeaderExpires, strconv.FormatInt(it.Expiry, 10))
+	if it.ExpiresAt != 0 {
+		h.Set(HeaderExpires, strconv.FormatInt(it.ExpirySec(), 10))
 	}
 	h.Set("Cache-Control", "no-cache")
 	for _, t := range inm {
@@ -254,7 +255,8 @@ type listItem struct {
 	KeyBase64 []byte `json:"key_base64,omitempty"`
 	Flags     uint32 `json:"flags"`
 	CAS       uint64 `json:"cas"`
-	// Expires is the absolute expiry in Unix seconds; 0 means never.
+	// Expires is the first Unix second at which the item is gone; 0 means
+	// never.
 	Expires int64 `json:"expires"`
 	Size    int   `json:"size"`
 }
