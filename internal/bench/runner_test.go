@@ -144,6 +144,7 @@ func TestDroppedConnectionsAreCountedAndRecovered(t *testing.T) {
 	f := startFakeMC(t, func(f *fakeMC) { f.closeEvery = 25 })
 	cfg := testConfig(t, "custom", f.addr())
 	cfg.Workload.Preload = false
+	cfg.Duration = 30 * time.Second // MaxOps ends the run, even on a loaded machine
 	rep := mustRun(t, cfg)
 	c := rep.Totals
 	if c.ErrorsByKind[ErrConnClosed] == 0 || c.Sets == 0 || c.Ops != cfg.MaxOps {
@@ -186,6 +187,7 @@ func TestDeadServerInTheListIsCountedAndAvoided(t *testing.T) {
 	f := startFakeMC(t, nil)
 	cfg := testConfig(t, "custom", closedAddr(t), f.addr())
 	cfg.Workload.Preload = false
+	cfg.Duration = 30 * time.Second // MaxOps ends the run, even on a loaded machine
 	rep := mustRun(t, cfg)
 	c := rep.Totals
 	if rep.ProbeErrors != 1 || c.ErrorsByKind[ErrConnectRefused] == 0 || c.Sets == 0 || c.Ops != cfg.MaxOps {
@@ -259,7 +261,8 @@ func TestImportReadsBackWhatTheLoadAttempted(t *testing.T) {
 func TestProgressLine(t *testing.T) {
 	f := startFakeMC(t, nil)
 	cfg := testConfig(t, "custom", f.addr())
-	cfg.Duration, cfg.MaxOps, cfg.Rate = 1100*time.Millisecond, 1e6, 2000 // one tick of the 1 s progress clock
+	// Two ticks of the 1 s progress clock: one may race the run's end.
+	cfg.Duration, cfg.MaxOps, cfg.Rate = 2500*time.Millisecond, 1e6, 2000
 	var buf syncBuffer
 	cfg.Progress = &buf
 	mustRun(t, cfg)

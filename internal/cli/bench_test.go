@@ -146,7 +146,7 @@ func TestBenchWritesJSONAndHTML(t *testing.T) {
 	dir := t.TempDir()
 	jsonPath, htmlPath := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.html")
 	out, errOut, err := runBenchArgs(t, "--servers", addr, "--workload", "custom", "--get-set", "1:1", "--keys", "100",
-		"--concurrency", "1,2", "--duration", "100ms", "--max-ops", "500", "--json", jsonPath, "--html", htmlPath, "--progress", "never")
+		"--concurrency", "1,2", "--duration", "2s", "--max-ops", "500", "--json", jsonPath, "--html", htmlPath, "--progress", "never")
 	if err != nil {
 		t.Fatal(err)
 	}

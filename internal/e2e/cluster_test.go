@@ -36,7 +36,7 @@ func leaderOf(t *testing.T, procs []*kvdproc.Proc) int {
 // returns how long that took.
 func setUntilOK(t *testing.T, addr, key, val string, within time.Duration) time.Duration {
 	t.Helper()
-	c := memcache.New(addr)
+	c := mcClient(addr)
 	c.Timeout = 3 * time.Second
 	start := time.Now()
 	for {
@@ -58,7 +58,7 @@ func TestThreeNodeClusterSurvivesLeaderKill(t *testing.T) {
 		key := fmt.Sprintf("from-n%d", i+1)
 		setUntilOK(t, p.MemcacheAddr, key, "v", 10*time.Second)
 		for j, q := range procs {
-			it, err := memcache.New(q.MemcacheAddr).Get(key)
+			it, err := mcClient(q.MemcacheAddr).Get(key)
 			require.NoError(t, err, "read %s on n%d", key, j+1)
 			require.Equal(t, "v", string(it.Value))
 		}
@@ -84,7 +84,7 @@ func TestThreeNodeClusterSurvivesLeaderKill(t *testing.T) {
 
 	// The old leader comes back from its data dir and catches up.
 	procs[lead] = old.Restart()
-	c := memcache.New(procs[lead].MemcacheAddr)
+	c := mcClient(procs[lead].MemcacheAddr)
 	items, err := c.GetMulti([]string{"after-kill", "k0", "k49"})
 	require.NoError(t, err)
 	require.Len(t, items, 3)
@@ -96,7 +96,7 @@ func TestThreeNodeClusterSurvivesLeaderKill(t *testing.T) {
 		for i := range 50 {
 			keys = append(keys, fmt.Sprintf("k%d", i))
 		}
-		items, err := memcache.New(p.MemcacheAddr).GetMulti(keys)
+		items, err := mcClient(p.MemcacheAddr).GetMulti(keys)
 		require.NoError(t, err)
 		for k, it := range items {
 			got[k] = string(it.Value)

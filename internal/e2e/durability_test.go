@@ -37,7 +37,7 @@ func writeLoad(t *testing.T, addr string, workers, perWorker int, stop <-chan st
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := memcache.New(addr)
+			c := mcClient(addr)
 			c.Timeout = 5 * time.Second
 			c.MaxIdleConns = 2
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
@@ -74,7 +74,7 @@ func writeLoad(t *testing.T, addr string, workers, perWorker int, stop <-chan st
 // flags and (where known) CAS token.
 func verify(t *testing.T, addr string, want map[string]acked) {
 	t.Helper()
-	c := memcache.New(addr)
+	c := mcClient(addr)
 	c.Timeout = 10 * time.Second
 	keys := make([]string, 0, len(want))
 	for k := range want {
@@ -117,7 +117,7 @@ func TestKillNineLosesNoAcknowledgedWrite(t *testing.T) {
 		close(done)
 	}()
 	// Kill once a few hundred writes are acknowledged (bounded wait).
-	c := memcache.New(p.MemcacheAddr)
+	c := mcClient(p.MemcacheAddr)
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if _, err := c.Get("w0-k50"); err == nil {
@@ -145,7 +145,7 @@ func TestCleanRestartKeepsEverything(t *testing.T) {
 	verify(t, q.MemcacheAddr, result)
 
 	// And the counters a monitoring tool reads agree with the data.
-	c := memcache.New(q.MemcacheAddr)
+	c := mcClient(q.MemcacheAddr)
 	require.NoError(t, c.Set(&memcache.Item{Key: "n", Value: []byte("41")}))
 	n, err := c.Increment("n", 1)
 	require.NoError(t, err)
@@ -168,7 +168,7 @@ func TestLogCompactionKeepsRestartCorrect(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := memcache.New(p.MemcacheAddr)
+			c := mcClient(p.MemcacheAddr)
 			for i := range 2600 {
 				if err := c.Set(&memcache.Item{Key: fmt.Sprintf("c%d", (w*2600+i)%500), Value: []byte(fmt.Sprint(w, i))}); err == nil {
 					n.Add(1)
@@ -178,7 +178,7 @@ func TestLogCompactionKeepsRestartCorrect(t *testing.T) {
 	}
 	wg.Wait()
 	require.Equal(t, int64(8*2600), n.Load())
-	c := memcache.New(p.MemcacheAddr)
+	c := mcClient(p.MemcacheAddr)
 	require.NoError(t, c.Set(&memcache.Item{Key: "last", Value: []byte("v")}))
 	// The point of the test: the log really was truncated before the kill.
 	first := metricValue(t, p.HTTPAddr, "kvd_raft_log_first_index")
@@ -186,7 +186,7 @@ func TestLogCompactionKeepsRestartCorrect(t *testing.T) {
 	t.Logf("raft log compacted to first index %.0f before SIGKILL", first)
 	p.Kill()
 	q := p.Restart()
-	c = memcache.New(q.MemcacheAddr)
+	c = mcClient(q.MemcacheAddr)
 	it, err := c.Get("last")
 	require.NoError(t, err)
 	require.Equal(t, "v", string(it.Value))

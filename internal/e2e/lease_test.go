@@ -45,7 +45,7 @@ func TestLeaseReadAfterLeaderPause(t *testing.T) {
 	setUntilOK(t, old.MemcacheAddr, "k", "v1", 10*time.Second)
 
 	// Reads on the leader are answered from its lease once it has one.
-	mc := memcache.New(old.MemcacheAddr)
+	mc := mcClient(old.MemcacheAddr)
 	for i := 0; i < 50; i++ {
 		it, err := mc.Get("k")
 		require.NoError(t, err)
@@ -101,7 +101,7 @@ func TestLeaseReadAfterLeaderPause(t *testing.T) {
 		t.Fatalf("unexpected reply %q", first)
 	}
 	// And it keeps serving current data once it has rejoined.
-	it, err := memcache.New(old.MemcacheAddr).Get("k")
+	it, err := mcClient(old.MemcacheAddr).Get("k")
 	require.NoError(t, err)
 	require.Equal(t, "v2", string(it.Value))
 }
@@ -112,7 +112,7 @@ func TestLeaseReadsFollowWrites(t *testing.T) {
 	procs := kvdproc.StartCluster(t, 3, "--read-consistency=lease")
 	clients := make([]*memcache.Client, len(procs))
 	for i, p := range procs {
-		clients[i] = memcache.New(p.MemcacheAddr)
+		clients[i] = mcClient(p.MemcacheAddr)
 		clients[i].Timeout = 3 * time.Second
 	}
 	for i := 0; i < 60; i++ {

@@ -69,7 +69,7 @@ func TestMembershipAddTransferRemove(t *testing.T) {
 		t.Skip("starts four kvd processes")
 	}
 	procs := kvdproc.StartCluster(t, 3)
-	mc := memcache.New(procs[0].MemcacheAddr)
+	mc := mcClient(procs[0].MemcacheAddr)
 	mc.Timeout = 5 * time.Second
 	for i := 0; i < 50; i++ {
 		require.NoError(t, mc.Set(&memcache.Item{Key: fmt.Sprintf("k%d", i), Value: []byte(fmt.Sprint(i))}))
@@ -90,7 +90,7 @@ func TestMembershipAddTransferRemove(t *testing.T) {
 	waitMember(t, procs[lead], "n4", "voter", 30*time.Second)
 
 	// The new member has everything written before it joined.
-	c4 := memcache.New(n4.MemcacheAddr)
+	c4 := mcClient(n4.MemcacheAddr)
 	c4.Timeout = 5 * time.Second
 	for i := 0; i < 50; i++ {
 		it, err := c4.Get(fmt.Sprintf("k%d", i))
@@ -154,7 +154,7 @@ func startLoad(t *testing.T, addrs ...string) *load {
 		l.done.Add(1)
 		go func() {
 			defer l.done.Done()
-			c := memcache.New(addr)
+			c := mcClient(addr)
 			c.Timeout = 2 * time.Second
 			for i := 0; i < 100000; i++ {
 				select {
@@ -225,13 +225,13 @@ func TestJoinGrowsSingleNode(t *testing.T) {
 		t.Skip("starts two kvd processes")
 	}
 	n1 := kvdproc.Start(t, filepath.Join(t.TempDir(), "n1"), "--peer-addr", kvdproc.FreeAddr(t))
-	mc := memcache.New(n1.MemcacheAddr)
+	mc := mcClient(n1.MemcacheAddr)
 	require.NoError(t, mc.Set(&memcache.Item{Key: "before", Value: []byte("join")}))
 
 	n2 := kvdproc.Launch(t, filepath.Join(t.TempDir(), "n2"), "n2", "--peer-addr", kvdproc.FreeAddr(t), "--join", "http://"+n1.HTTPAddr)
 	n2.WaitReady()
 	waitMember(t, n1, "n2", "voter", 30*time.Second)
-	it, err := memcache.New(n2.MemcacheAddr).Get("before")
+	it, err := mcClient(n2.MemcacheAddr).Get("before")
 	require.NoError(t, err)
 	require.Equal(t, "join", string(it.Value))
 	// Writes now need both: through n2 they commit on n1 too.
@@ -279,7 +279,7 @@ func TestJoinAfterCompaction(t *testing.T) {
 		t.Skip("starts four kvd processes")
 	}
 	procs := kvdproc.StartCluster(t, 3, "--snapshot-count", "20", "--snapshot-catchup-entries", "10")
-	mc := memcache.New(procs[0].MemcacheAddr)
+	mc := mcClient(procs[0].MemcacheAddr)
 	mc.Timeout = 5 * time.Second
 	for i := 0; i < 200; i++ {
 		require.NoError(t, mc.Set(&memcache.Item{Key: fmt.Sprintf("k%d", i), Value: []byte(fmt.Sprint(i))}))
@@ -289,7 +289,7 @@ func TestJoinAfterCompaction(t *testing.T) {
 		"--snapshot-count", "20", "--snapshot-catchup-entries", "10", "--join", "http://"+procs[lead].HTTPAddr)
 	n4.WaitReady()
 	waitMember(t, procs[lead], "n4", "voter", 30*time.Second)
-	c4 := memcache.New(n4.MemcacheAddr)
+	c4 := mcClient(n4.MemcacheAddr)
 	c4.Timeout = 5 * time.Second
 	for i := 0; i < 200; i++ {
 		it, err := c4.Get(fmt.Sprintf("k%d", i))
@@ -308,7 +308,7 @@ func TestRejoinUnderTheSameName(t *testing.T) {
 		t.Skip("starts four kvd processes")
 	}
 	procs := kvdproc.StartCluster(t, 3)
-	mc := memcache.New(procs[0].MemcacheAddr)
+	mc := mcClient(procs[0].MemcacheAddr)
 	mc.Timeout = 5 * time.Second
 	require.NoError(t, mc.Set(&memcache.Item{Key: "before", Value: []byte("v")}))
 	lead := leaderOf(t, procs)
@@ -335,7 +335,7 @@ func TestRejoinUnderTheSameName(t *testing.T) {
 	}
 	setUntilOK(t, back.MemcacheAddr, "after", "v", 10*time.Second)
 	for _, k := range []string{"before", "between", "after"} {
-		it, err := memcache.New(back.MemcacheAddr).Get(k)
+		it, err := mcClient(back.MemcacheAddr).Get(k)
 		require.NoError(t, err, k)
 		require.Equal(t, "v", string(it.Value))
 	}

@@ -67,7 +67,7 @@ func TestFollowerCatchesUpBySnapshot(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := memcache.New(procs[lead].MemcacheAddr)
+			c := mcClient(procs[lead].MemcacheAddr)
 			c.Timeout = 5 * time.Second
 			for i := w; i < keys; i += 8 {
 				if err := c.Set(&memcache.Item{Key: fmt.Sprintf("snap-%d", i), Value: []byte(snapValue(i))}); err != nil {
@@ -99,7 +99,11 @@ func TestFollowerCatchesUpBySnapshot(t *testing.T) {
 	// Operators see it in /metrics on both ends.
 	require.GreaterOrEqual(t, metricValue(t, procs[lag].HTTPAddr, "kvd_raft_snapshots_installed_total"), 1.0)
 	require.GreaterOrEqual(t, metricValue(t, procs[lag].HTTPAddr, "kvd_raft_snapshots_received_total"), 1.0)
-	require.GreaterOrEqual(t, metricValue(t, procs[lead].HTTPAddr, "kvd_raft_snapshots_sent_total"), 1.0)
+	// The leader counts a snapshot sent once it reads the follower's
+	// acknowledgement, which may come after the install is logged.
+	require.Eventually(t, func() bool {
+		return metricValue(t, procs[lead].HTTPAddr, "kvd_raft_snapshots_sent_total") >= 1
+	}, 10*time.Second, 50*time.Millisecond)
 
 	// A crash right after the install, then a restart from that state.
 	procs[lag].Kill()

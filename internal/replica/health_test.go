@@ -49,7 +49,9 @@ func startTrio(t *testing.T, net *transport.MemNetwork) ([]*Replica, int) {
 		require.NoError(t, err)
 		h := &handlerOf{}
 		tr := net.Transport(uint64(id), h)
-		r, err := Start(Config{ID: id, Peers: peers, TickInterval: 10 * time.Millisecond},
+		// Thirty ticks to an election: a loaded machine must not cost the
+		// leader its leadership mid-test.
+		r, err := Start(Config{ID: id, Peers: peers, TickInterval: 10 * time.Millisecond, ElectionTicks: 30},
 			l, &echoSM{}, tr, slog.New(slog.DiscardHandler))
 		require.NoError(t, err)
 		h.r.Store(r)
@@ -86,14 +88,15 @@ func TestLeaderSeesLiveFollowersAtEveryTick(t *testing.T) {
 	leader := reps[lead]
 	require.Eventually(t, func() bool { return len(leader.Progress()) == 3 }, 10*time.Second, time.Millisecond)
 
-	// Every progress the leader publishes (one per tick) over ten election
-	// timeouts, so ten CheckQuorum resets: none may show a live follower
-	// as inactive. Sampling is ten times a tick, so few ticks are missed.
+	// Every progress the leader publishes (one per tick) over a hundred
+	// ticks, so three CheckQuorum resets: none may show a live follower as
+	// inactive. Sampling is ten times a tick, so few ticks are missed.
 	seen := 0
 	var last *map[NodeID]Progress
 	deadline := time.Now().Add(30 * time.Second)
 	for seen < 100 && time.Now().Before(deadline) {
 		if p := leader.progress.Load(); p != last {
+			require.NotNil(t, p, "the leader lost its leadership after %d ticks", seen)
 			last = p
 			seen++
 			for id, pr := range *p {
