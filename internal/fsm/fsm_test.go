@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -273,6 +274,7 @@ func TestExpiry(t *testing.T) {
 		{"relative", 10, now + 10},
 		{"max-relative", 2592000, now + 2592000},
 		{"absolute", now + 3000000, now + 3000000},
+		{"beyond-unix-ns", math.MaxInt64, math.MaxInt64/int64(1e9) + 1},
 	} {
 		c := set(command.OpSet, tc.key, "v")
 		c.Exptime = tc.exptime
@@ -300,11 +302,11 @@ func TestExpiry(t *testing.T) {
 	stale := command.Command{Op: command.OpExpire, Stamp: (now + 2592000) * 1e9,
 		Expired: []command.KeyCAS{{Key: []byte("max-relative"), CAS: due[0].CAS + 100}}}
 	a.do(stale)
-	require.Equal(t, int64(4), f.Stats().Items)
+	require.Equal(t, int64(5), f.Stats().Items)
 	good := stale
 	good.Expired = due
 	a.do(good)
-	require.Equal(t, int64(3), f.Stats().Items)
+	require.Equal(t, int64(4), f.Stats().Items)
 	due, err = f.ExpiredBefore(now+2592000, 100)
 	require.NoError(t, err)
 	require.Empty(t, due)

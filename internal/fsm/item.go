@@ -3,6 +3,7 @@ package fsm
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 )
 
 // Item is one stored value as clients see it.
@@ -24,7 +25,13 @@ type Item struct {
 // never), as memcached and the expiry index count.
 func (it *Item) ExpirySec() int64 { return ceilSec(it.ExpiresAt) }
 
-func ceilSec(ns int64) int64 { return (ns + 1e9 - 1) / 1e9 }
+func ceilSec(ns int64) int64 {
+	sec := ns / 1e9
+	if ns%1e9 > 0 {
+		sec++ // never overflows: ns/1e9 is far below MaxInt64
+	}
+	return sec
+}
 
 // Item versions. Version 1 kept the expiry in whole seconds, which made a
 // relative exptime count from the current second, so an item could go up
@@ -117,6 +124,10 @@ func expiryOf(exptime, stampNs int64) int64 {
 		return 1
 	case exptime <= maxRelative:
 		return stampNs + exptime*1e9
+	case exptime > math.MaxInt64/int64(1e9):
+		// Past the year 2262, where Unix ns end (the HTTP API takes any
+		// 64-bit ttl): as good as never, but still an expiry.
+		return math.MaxInt64
 	default:
 		return exptime * 1e9
 	}
