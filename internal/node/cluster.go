@@ -1,7 +1,6 @@
 package node
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,12 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"sync/atomic"
-
-	pb "go.etcd.io/raft/v3/raftpb"
 
 	"github.com/kvd-project/kvd/internal/config"
-	"github.com/kvd-project/kvd/internal/replica"
 )
 
 // membership is how this node's cluster began, kept in
@@ -126,31 +121,4 @@ func writeFileSync(path string, b []byte) error {
 	}
 	defer d.Close()
 	return d.Sync()
-}
-
-// lateHandler lets the transport exist before the replica it delivers to:
-// until set, incoming messages are dropped (raft retries them).
-type lateHandler struct {
-	r atomic.Pointer[replica.Replica]
-}
-
-var errNotStarted = errors.New("replica not started")
-
-func (h *lateHandler) Step(ctx context.Context, m *pb.Message) error {
-	if r := h.r.Load(); r != nil {
-		return r.Step(ctx, m)
-	}
-	return errNotStarted
-}
-
-func (h *lateHandler) ReportUnreachable(id uint64) {
-	if r := h.r.Load(); r != nil {
-		r.ReportUnreachable(id)
-	}
-}
-
-func (h *lateHandler) ReportSnapshot(id uint64, failed bool) {
-	if r := h.r.Load(); r != nil {
-		r.ReportSnapshot(id, failed)
-	}
 }

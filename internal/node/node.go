@@ -52,7 +52,7 @@ type Node struct {
 	// transport's peers kept equal to raft's configuration.
 	ms          *membership
 	adv         advertised
-	inbound     *lateHandler
+	inbound     *replica.LateHandler
 	sender      *lazySender
 	peerMu      sync.Mutex
 	peerAddrs   map[uint64]string
@@ -136,7 +136,7 @@ func Start(cfg config.Config, logger *slog.Logger) (n *Node, err error) {
 		}
 	}
 	// A group of one binds no peer port until a member is added.
-	n.inbound = &lateHandler{}
+	n.inbound = &replica.LateHandler{}
 	n.sender = &lazySender{}
 	n.peerAddrs = maps.Clone(peers)
 	n.removed = make(chan struct{})
@@ -150,7 +150,7 @@ func Start(cfg config.Config, logger *slog.Logger) (n *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("start replica: %w", err)
 	}
-	n.inbound.r.Store(n.rep)
+	n.inbound.Bind(n.rep)
 	if n.peers != nil {
 		n.peers.Start()
 	}

@@ -1,42 +1,16 @@
 package replica
 
 import (
-	"context"
 	"log/slog"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/vfs"
 	"github.com/stretchr/testify/require"
-	pb "go.etcd.io/raft/v3/raftpb"
 
 	"github.com/kvd-project/kvd/internal/raftlog"
 	"github.com/kvd-project/kvd/internal/transport"
 )
-
-// handlerOf lets a transport be registered before the replica it delivers
-// to exists (Start needs the transport).
-type handlerOf struct{ r atomic.Pointer[Replica] }
-
-func (h *handlerOf) Step(ctx context.Context, m *pb.Message) error {
-	if r := h.r.Load(); r != nil {
-		return r.Step(ctx, m)
-	}
-	return ErrStopped
-}
-
-func (h *handlerOf) ReportUnreachable(id uint64) {
-	if r := h.r.Load(); r != nil {
-		r.ReportUnreachable(id)
-	}
-}
-
-func (h *handlerOf) ReportSnapshot(id uint64, failed bool) {
-	if r := h.r.Load(); r != nil {
-		r.ReportSnapshot(id, failed)
-	}
-}
 
 // startTrio starts a three-voter group on an in-process network and
 // returns its replicas (index i is node i+1) and the index of the leader.
@@ -47,14 +21,14 @@ func startTrio(t *testing.T, net *transport.MemNetwork) ([]*Replica, int) {
 	for i, id := range peers {
 		l, err := raftlog.Open("raft", nil, raftlog.Options{FS: vfs.NewMem()})
 		require.NoError(t, err)
-		h := &handlerOf{}
+		h := &LateHandler{}
 		tr := net.Transport(uint64(id), h)
 		// Thirty ticks to an election: a loaded machine must not cost the
 		// leader its leadership mid-test.
 		r, err := Start(Config{ID: id, Peers: peers, TickInterval: 10 * time.Millisecond, ElectionTicks: 30},
 			l, &echoSM{}, tr, slog.New(slog.DiscardHandler))
 		require.NoError(t, err)
-		h.r.Store(r)
+		h.Bind(r)
 		reps[i] = r
 		t.Cleanup(func() {
 			r.Stop()

@@ -44,6 +44,8 @@ var (
 	ErrTimeout        = errors.New("request timed out")
 	ErrUnknownOutcome = errors.New("outcome unknown: the write may have been applied")
 	errReadRetry      = errors.New("read index request lost; retry")
+	// errNotStarted: a message reached a LateHandler before its replica.
+	errNotStarted = errors.New("replica not started")
 )
 
 // LogStore is the durable raft log the replica persists to (raftlog.Log).
@@ -961,5 +963,37 @@ func roleName(s raft.StateType) string {
 		return "pre-candidate"
 	default:
 		return "follower"
+	}
+}
+
+// LateHandler delivers a transport's traffic to a replica that does not
+// exist yet when the transport is made (Start needs the transport). Until
+// Bind, incoming messages are refused and reports dropped; raft retries.
+type LateHandler struct {
+	r atomic.Pointer[Replica]
+}
+
+// Bind makes r the replica that receives from now on.
+func (h *LateHandler) Bind(r *Replica) { h.r.Store(r) }
+
+// Step implements transport.Handler.
+func (h *LateHandler) Step(ctx context.Context, m *pb.Message) error {
+	if r := h.r.Load(); r != nil {
+		return r.Step(ctx, m)
+	}
+	return errNotStarted
+}
+
+// ReportUnreachable implements transport.Handler.
+func (h *LateHandler) ReportUnreachable(id uint64) {
+	if r := h.r.Load(); r != nil {
+		r.ReportUnreachable(id)
+	}
+}
+
+// ReportSnapshot implements transport.Handler.
+func (h *LateHandler) ReportSnapshot(id uint64, failed bool) {
+	if r := h.r.Load(); r != nil {
+		r.ReportSnapshot(id, failed)
 	}
 }
