@@ -14,7 +14,8 @@ import (
 
 // startTrio starts a three-voter group on an in-process network and
 // returns its replicas (index i is node i+1) and the index of the leader.
-func startTrio(t *testing.T, net *transport.MemNetwork) ([]*Replica, int) {
+// wrap, if not nil, stands between each replica and its transport.
+func startTrio(t *testing.T, net *transport.MemNetwork, wrap func(NodeID, Transport) Transport) ([]*Replica, int) {
 	t.Helper()
 	peers := []NodeID{1, 2, 3}
 	reps := make([]*Replica, len(peers))
@@ -23,10 +24,14 @@ func startTrio(t *testing.T, net *transport.MemNetwork) ([]*Replica, int) {
 		require.NoError(t, err)
 		h := &LateHandler{}
 		tr := net.Transport(uint64(id), h)
+		var rt Transport = tr
+		if wrap != nil {
+			rt = wrap(id, tr)
+		}
 		// Thirty ticks to an election: a loaded machine must not cost the
 		// leader its leadership mid-test.
 		r, err := Start(Config{ID: id, Peers: peers, TickInterval: 10 * time.Millisecond, ElectionTicks: 30},
-			l, &echoSM{}, tr, slog.New(slog.DiscardHandler))
+			l, &echoSM{}, rt, slog.New(slog.DiscardHandler))
 		require.NoError(t, err)
 		h.Bind(r)
 		reps[i] = r
@@ -58,7 +63,7 @@ func startTrio(t *testing.T, net *transport.MemNetwork) ([]*Replica, int) {
 func TestLeaderSeesLiveFollowersAtEveryTick(t *testing.T) {
 	net := transport.NewMemNetwork()
 	defer net.Close()
-	reps, lead := startTrio(t, net)
+	reps, lead := startTrio(t, net, nil)
 	leader := reps[lead]
 	require.Eventually(t, func() bool { return len(leader.Progress()) == 3 }, 10*time.Second, time.Millisecond)
 

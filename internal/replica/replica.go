@@ -255,6 +255,10 @@ type Replica struct {
 	gatherSkip, gatherBackoff                 int // holds to skip, and the skip after the next fruitless one
 	gatherTimer                               *time.Timer
 	syncedEntries, syncedBatches, gatherHolds uint64
+	// Proposals taken in but not yet stepped into raft (batch), and their
+	// bytes: flushProposals steps them as one MsgProp.
+	batch      []proposal
+	batchBytes int
 }
 
 // Start opens the raft member over log and sm and runs its Ready loop until
@@ -546,6 +550,7 @@ func (r *Replica) run() {
 		case <-r.stopc:
 			return
 		}
+		r.flushProposals()
 		if readers := r.reads.take(); len(readers) > 0 {
 			r.readIndex(readers)
 		}
@@ -668,8 +673,32 @@ func (r *Replica) renewLease() {
 	r.rn.ReadIndex(r.reads.request(nil, now, st.GetTerm()))
 }
 
+// propose takes p into the batch that flushProposals steps into raft.
 func (r *Replica) propose(p proposal) {
-	if err := r.rn.Propose(p.data); err != nil {
+	if len(r.batch) > 0 && (len(r.batch) >= maxBatchEntries || r.batchBytes+len(p.data) > maxBatchBytes) {
+		r.flushProposals()
+	}
+	r.batch = append(r.batch, p)
+	r.batchBytes += len(p.data)
+}
+
+// flushProposals steps the batched proposals into raft as one MsgProp.
+// Raft answers every MsgProp it appends with an append message to each
+// follower, and a follower forwards each MsgProp it gets to the leader as
+// one message: a proposal stepped alone cost a message to every follower
+// and an acknowledgement back, each marshalled, sent, stepped and (for the
+// acknowledgement) counted toward the commit, where a batch costs one.
+// Raft takes or refuses a MsgProp whole, so a refusal fails the batch.
+func (r *Replica) flushProposals() {
+	if len(r.batch) == 0 {
+		return
+	}
+	ents := make([]*pb.Entry, len(r.batch))
+	for i, p := range r.batch {
+		ents[i] = &pb.Entry{Data: p.data}
+	}
+	err := r.rn.Step(&pb.Message{Type: pb.MsgProp.Enum(), From: new(uint64(r.cfg.ID)), Entries: ents})
+	if err != nil {
 		if errors.Is(err, raft.ErrProposalDropped) {
 			if r.leader == 0 {
 				err = ErrNoLeader
@@ -677,8 +706,13 @@ func (r *Replica) propose(p proposal) {
 				err = ErrBusy
 			}
 		}
-		r.waits.trigger(p.reqID, Outcome{Err: err})
+		for _, p := range r.batch {
+			r.waits.trigger(p.reqID, Outcome{Err: err})
+		}
 	}
+	clear(r.batch)
+	r.batch = r.batch[:0]
+	r.batchBytes = 0
 }
 
 func (r *Replica) step(m *pb.Message) {
@@ -714,23 +748,39 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 		}
 	}
 	r.reads.applied(r.sm.AppliedIndex())
-	// A leader may send before it persists (raft thesis 10.2.1, as etcd
-	// does): its appends reach the followers while it fsyncs its own copy,
-	// so the two fsyncs of a commit overlap instead of adding up. This is
-	// safe because the leader counts itself toward a quorum only once raft
-	// steps its self-acknowledgement, which happens in Advance, after the
-	// fsync below; and a leader's messages promise nothing a crash could
-	// make it forget (it grants no votes).
-	leading := r.rn.BasicStatus().RaftState == raft.StateLeader
-	if leading {
-		if err := r.send(rd.Messages); err != nil {
+	// Only the messages that vouch for this Ready's state wait for its
+	// fsync: acknowledgements of appended entries and votes (raft's own rule
+	// when it runs with asynchronous storage writes, and the thesis' 3.8).
+	// Everything else goes now. A leader's appends reach the followers while
+	// it fsyncs its own copy (thesis 10.2.1, as etcd does), so the two fsyncs
+	// of a commit overlap instead of adding up; the leader counts itself
+	// toward a quorum only when raft steps its self-acknowledgement, in
+	// Advance, after the fsync. A follower's forwarded proposals and read
+	// requests, and its heartbeat answers (which confirm a read index),
+	// promise nothing a crash could make it forget, so a write or a read
+	// sent to a follower does not wait for the follower's fsync of earlier
+	// entries.
+	now, later := beforeDisk(rd.Messages)
+	if err := r.send(now); err != nil {
+		return err
+	}
+	// Committed entries this node already holds on disk are applied, and
+	// their writers answered, before this Ready's fsync rather than after
+	// it: a leader's Ready typically carries the entries its followers have
+	// just acknowledged together with the next batch, and a follower's the
+	// commit index of entries it persisted with new ones, so applying after
+	// the fsync made every write wait for the fsync of the batch behind it.
+	early, late := persistedFirst(rd)
+	if len(early) > 0 {
+		if err := r.apply(early); err != nil {
 			return err
 		}
+		r.reads.applied(r.sm.AppliedIndex())
 	}
 	// 1. Persist.
 	if !raft.IsEmptySnap(rd.Snapshot) {
-		// Before the entries that follow it, and before any message: the
-		// leader learns we hold the snapshot only from what we send in step 2.
+		// Before the entries that follow it, and before the acknowledgement
+		// sent in step 2, from which alone the leader learns we hold it.
 		if err := r.installSnapshot(rd.Snapshot); err != nil {
 			return err
 		}
@@ -747,16 +797,14 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 			r.syncedEntries += uint64(len(rd.Entries))
 		}
 	}
-	// 2. Send (a follower or candidate only now: its votes and
-	// acknowledgements must be durable first).
-	if !leading {
-		if err := r.send(rd.Messages); err != nil {
-			return err
-		}
+	// 2. Send the acknowledgements and votes, now that what they vouch for
+	// is durable.
+	if err := r.send(later); err != nil {
+		return err
 	}
-	// 3. Apply.
-	if len(rd.CommittedEntries) > 0 {
-		if err := r.apply(rd.CommittedEntries); err != nil {
+	// 3. Apply what could not be applied before the fsync.
+	if len(late) > 0 {
+		if err := r.apply(late); err != nil {
 			return err
 		}
 	}
@@ -764,6 +812,46 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 	// 4. Advance.
 	r.rn.Advance(rd)
 	return nil
+}
+
+// persistedFirst splits rd's committed entries into those already on this
+// node's disk, which may be applied before rd is persisted, and the rest.
+// Raft hands a Ready's committed entries over before its new entries are
+// persisted (it lets a follower commit entries in the Ready that appends
+// them), and applying one of those first would let a crash leave the state
+// store ahead of the log that must replay it. Every entry below the first
+// new one was persisted by an earlier Ready; committed entries are never
+// overwritten. A snapshot replaces the state the entries apply to, so it
+// goes first and everything after it.
+func persistedFirst(rd raft.Ready) (early, late []*pb.Entry) {
+	ents := rd.CommittedEntries
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		return nil, ents
+	}
+	if len(rd.Entries) == 0 {
+		return ents, nil
+	}
+	first := rd.Entries[0].GetIndex()
+	n := 0
+	for n < len(ents) && ents[n].GetIndex() < first {
+		n++
+	}
+	return ents[:n], ents[n:]
+}
+
+// beforeDisk splits messages into those that may be sent before the Ready
+// that produced them is persisted and those that must wait for it: answers
+// that acknowledge appended entries or grant a vote.
+func beforeDisk(msgs []*pb.Message) (now, later []*pb.Message) {
+	for _, m := range msgs {
+		switch m.GetType() {
+		case pb.MsgAppResp, pb.MsgVoteResp, pb.MsgPreVoteResp:
+			later = append(later, m)
+		default:
+			now = append(now, m)
+		}
+	}
+	return now, later
 }
 
 func (r *Replica) send(msgs []*pb.Message) error {
@@ -951,6 +1039,15 @@ const readyProbe = "kvd-ready-probe"
 const (
 	maxGather     = time.Millisecond
 	maxGatherSkip = 64
+)
+
+// maxBatchEntries and maxBatchBytes bound one MsgProp (flushProposals):
+// a follower forwards it to the leader whole, so it must stay far below
+// the transport's frame limit; a proposal larger than maxBatchBytes goes
+// alone.
+const (
+	maxBatchEntries = 1024
+	maxBatchBytes   = 4 << 20
 )
 
 func roleName(s raft.StateType) string {
