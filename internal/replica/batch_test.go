@@ -114,7 +114,7 @@ func TestFollowerForwardsQueuedProposalsAsOneMessage(t *testing.T) {
 
 // TestRefusedBatchFailsEveryProposal: raft takes or refuses a batch whole;
 // when it refuses one (here: no leader to forward to) every proposal in it
-// fails at once with the reason, none waits for its timeout.
+// is answered with the reason, none is left to wait for its timeout.
 func TestRefusedBatchFailsEveryProposal(t *testing.T) {
 	net := transport.NewMemNetwork()
 	defer net.Close()
@@ -134,11 +134,11 @@ func TestRefusedBatchFailsEveryProposal(t *testing.T) {
 	release := holdLoop(t, r)
 	wait := proposeQueued(t, r, 1, 10)
 	release()
-	start := time.Now()
+	// A proposal left waiting would end with its context, as
+	// ErrUnknownOutcome: ErrNoLeader says the refusal answered it.
 	for i, err := range wait() {
 		require.ErrorIs(t, err, ErrNoLeader, "proposal %d", i)
 	}
-	require.Less(t, time.Since(start), 5*time.Second, "refused proposals fail at once, not at their timeout")
 }
 
 func TestPersistedFirst(t *testing.T) {
