@@ -194,4 +194,10 @@ func TestBeforeDisk(t *testing.T) {
 	})
 	require.Equal(t, []pb.MessageType{pb.MsgApp, pb.MsgProp, pb.MsgReadIndex, pb.MsgHeartbeatResp, pb.MsgVote, pb.MsgHeartbeat}, types(now))
 	require.Equal(t, []pb.MessageType{pb.MsgAppResp, pb.MsgVoteResp, pb.MsgPreVoteResp}, types(later))
+
+	// Nothing to hold back: the messages go as they are.
+	all := []*pb.Message{msg(pb.MsgApp), msg(pb.MsgHeartbeat)}
+	now, later = beforeDisk(all)
+	require.Equal(t, all, now)
+	require.Empty(t, later)
 }

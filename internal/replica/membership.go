@@ -251,12 +251,20 @@ func (r *Replica) onTick() {
 		if r.progress.Load() != nil {
 			r.progress.Store(nil)
 		}
+		// What a former leader heard says nothing about a later term: a
+		// member re-elected starts from raft's flags alone.
+		r.heardAt = nil
 		return
 	}
 	// Status copies every peer's progress: once per tick, not per Ready.
 	st := r.rn.Status()
 	if r.heardAt == nil {
 		r.heardAt = map[uint64]uint64{}
+	}
+	for id := range r.heardAt {
+		if _, ok := st.Progress[id]; !ok {
+			delete(r.heardAt, id) // removed from the configuration
+		}
 	}
 	out := make(map[NodeID]Progress, len(st.Progress))
 	for id, pr := range st.Progress {

@@ -841,17 +841,35 @@ func persistedFirst(rd raft.Ready) (early, late []*pb.Entry) {
 
 // beforeDisk splits messages into those that may be sent before the Ready
 // that produced them is persisted and those that must wait for it: answers
-// that acknowledge appended entries or grant a vote.
+// that acknowledge appended entries or grant a vote. Most Readies hold none
+// of those, and then msgs is returned as it is.
 func beforeDisk(msgs []*pb.Message) (now, later []*pb.Message) {
+	n := 0
 	for _, m := range msgs {
-		switch m.GetType() {
-		case pb.MsgAppResp, pb.MsgVoteResp, pb.MsgPreVoteResp:
+		if waitsForDisk(m) {
+			n++
+		}
+	}
+	if n == 0 {
+		return msgs, nil
+	}
+	now, later = make([]*pb.Message, 0, len(msgs)-n), make([]*pb.Message, 0, n)
+	for _, m := range msgs {
+		if waitsForDisk(m) {
 			later = append(later, m)
-		default:
+		} else {
 			now = append(now, m)
 		}
 	}
 	return now, later
+}
+
+func waitsForDisk(m *pb.Message) bool {
+	switch m.GetType() {
+	case pb.MsgAppResp, pb.MsgVoteResp, pb.MsgPreVoteResp:
+		return true
+	}
+	return false
 }
 
 func (r *Replica) send(msgs []*pb.Message) error {
