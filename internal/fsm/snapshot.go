@@ -68,6 +68,11 @@ func openStore(dir string, opts Options, logger *slog.Logger) (*pebble.DB, store
 //     less often, so a write load makes fewer, larger L0 files and
 //     compacts less; it is memory the store uses only while it has
 //     unflushed writes.
+//   - No block compression. Memcache clients compress large values
+//     themselves (and flag them so), and the rest are mostly small: Snappy
+//     costs CPU on every flush and compaction for little or nothing (a
+//     profile of 8 KiB sets spent 5 % of kvd's CPU in it). memcached keeps
+//     values as they came too.
 func pebbleOptions(cache *pebble.Cache, opts Options, logger *slog.Logger) *pebble.Options {
 	po := &pebble.Options{
 		Cache:        cache,
@@ -79,6 +84,7 @@ func pebbleOptions(cache *pebble.Cache, opts Options, logger *slog.Logger) *pebb
 	for i := range po.Levels {
 		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 		po.Levels[i].FilterType = pebble.TableFilter
+		po.Levels[i].Compression = pebble.NoCompression
 	}
 	return po.EnsureDefaults()
 }

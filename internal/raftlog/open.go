@@ -41,6 +41,10 @@ func Open(dir string, logger *slog.Logger, opts Options) (*Log, error) {
 		// by surprise. Durability settings (WAL on, fsync on Sync commits)
 		// are Pebble's defaults and are left alone.
 		FormatMajorVersion: pebble.FormatVirtualSSTables,
+		// Entries that outlive a memtable live in sstables only until the
+		// next log compaction deletes them: compressing them is CPU spent
+		// on data about to go.
+		Levels: []pebble.LevelOptions{{Compression: pebble.NoCompression}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: open %s: %w", dir, err)
