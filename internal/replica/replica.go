@@ -1,16 +1,18 @@
 // Package replica owns kvd's consensus: it is the only package that imports
 // the raft algorithm (go.etcd.io/raft/v3). One goroutine, the Ready loop, owns
-// the raft.RawNode and follows the contract of raft's README for every Ready:
+// the raft.RawNode and handles every Ready in this order (handleReady):
 //
-//  1. persist: entries and HardState to the raft log, in one batch, fsynced
-//     unless only the commit index moved;
-//  2. send: messages to peers (a follower only after step 1, so nothing it
-//     votes for or acknowledges can be forgotten by a crash; a leader before
-//     it, so followers persist while it does);
-//  3. apply: committed entries to the state machine in log order, then wake
-//     the proposer waiting on each entry's request ID and any linearizable
-//     reads whose read index is now applied;
-//  4. advance.
+//  1. send every message except those that vouch for this Ready's writes
+//     (acknowledgements of appended entries, votes): a leader's appends
+//     reach the followers while it fsyncs its own copy;
+//  2. apply the committed entries an earlier Ready already persisted,
+//     waking their proposers and any linearizable reads now applied;
+//  3. persist: a snapshot, then entries and HardState to the raft log in one
+//     batch, fsynced unless only the commit index moved;
+//  4. send the acknowledgements and votes, now that they are true after a
+//     crash;
+//  5. apply the rest of the committed entries (those this Ready persisted);
+//  6. advance.
 //
 // Any error on the persistence path stops the node (Err reports it): a node
 // that cannot write its log must not keep acknowledging anything.
