@@ -139,6 +139,11 @@ var conformance = []exchange{
 	one("decr_shrinks", "set {p}n 0 0 3\r\n100\r\ndecr {p}n 91\r\nget {p}n\r\n", "STORED\r\n9\r\nVALUE {p}n 0 {u64}\r\n9{sp}\r\nEND\r\n"),
 	one("incr_wrap_2^64", "set {p}n 0 0 20\r\n18446744073709551615\r\nincr {p}n 1\r\nincr {p}n 18446744073709551615\r\n", "STORED\r\n0\r\n18446744073709551615\r\n"),
 	one("decr_floor_0", "set {p}n 0 0 1\r\n5\r\ndecr {p}n 10\r\ndecr {p}n 1\r\n", "STORED\r\n0\r\n0\r\n"),
+	// memcached reads the stored number with strtoull: leading blanks, a
+	// sign, and anything after a blank pass (a decr's padding then an append).
+	one("incr_lenient_values", "set {p}n 0 0 3\r\n 12\r\nincr {p}n 1\r\nget {p}n\r\n"+
+		"set {p}m 0 0 3\r\n12 \r\nappend {p}m 0 0 1\r\n0\r\ndecr {p}m 1\r\nset {p}o 0 0 3\r\n+12\r\nincr {p}o 1\r\n",
+		"STORED\r\n13\r\nVALUE {p}n 0 3\r\n13 \r\nEND\r\nSTORED\r\nSTORED\r\n11\r\nSTORED\r\n13\r\n"),
 	one("incr_non_numeric", "set {p}n 0 0 3\r\nabc\r\nincr {p}n 1\r\ndecr {p}n 1\r\n", "STORED\r\n"+nonNumeric+nonNumeric),
 	one("incr_miss", "incr {p}n 1\r\ndecr {p}n 1\r\n", "NOT_FOUND\r\nNOT_FOUND\r\n"),
 	one("incr_bad_delta", "incr {p}n x\r\nincr {p}n -1\r\nincr {p}n 18446744073709551616\r\ndecr {p}n 1x\r\n", badDelta+badDelta+badDelta+badDelta),

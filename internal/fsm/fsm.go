@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"strconv"
 	"sync"
@@ -34,6 +33,7 @@ import (
 	"github.com/kvd-project/kvd/internal/command"
 	"github.com/kvd-project/kvd/internal/durable"
 	"github.com/kvd-project/kvd/internal/failpoint"
+	"github.com/kvd-project/kvd/internal/mcproto"
 )
 
 // Status is the outcome of one applied command, in memcached's vocabulary.
@@ -487,7 +487,7 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 		if !live {
 			return Result{Status: StatusNotFound}, nil
 		}
-		n, ok := parseCounter(old.Value)
+		n, ok := mcproto.ParseCounter(old.Value)
 		if !ok {
 			return Result{Status: StatusNonNumeric}, nil
 		}
@@ -661,30 +661,6 @@ func (f *FSM) cached(key, enc []byte) {
 	k := append([]byte(nil), key...)
 	f.inBatch[string(k)] = struct{}{}
 	f.cacheWrites = append(f.cacheWrites, cacheWrite{key: k, enc: enc})
-}
-
-// parseCounter reads a stored value as memcached's incr does: decimal digits,
-// optionally followed by the spaces an earlier in-place decr left behind.
-func parseCounter(v []byte) (uint64, bool) {
-	end := len(v)
-	for end > 0 && v[end-1] == ' ' {
-		end--
-	}
-	if end == 0 || end > 20 {
-		return 0, false
-	}
-	var n uint64
-	for _, ch := range v[:end] {
-		if ch < '0' || ch > '9' {
-			return 0, false
-		}
-		d := uint64(ch - '0')
-		if n > (math.MaxUint64-d)/10 {
-			return 0, false
-		}
-		n = n*10 + d
-	}
-	return n, true
 }
 
 // formatCounter writes n; when the number got shorter, memcached rewrites the

@@ -434,20 +434,3 @@ func TestFlushAll(t *testing.T) {
 	_, ok, _ = f.Get([]byte("late"), t0+12e9)
 	require.True(t, ok)
 }
-
-func TestParseCounter(t *testing.T) {
-	for _, tc := range []struct {
-		in string
-		n  uint64
-		ok bool
-	}{
-		{"0", 0, true}, {"42", 42, true}, {"9 ", 9, true}, {"007", 7, true},
-		{"18446744073709551615", 1<<64 - 1, true},
-		{"18446744073709551616", 0, false}, {"", 0, false}, {" 1", 0, false},
-		{"-1", 0, false}, {"1a", 0, false}, {"   ", 0, false},
-	} {
-		n, ok := parseCounter([]byte(tc.in))
-		require.Equal(t, tc.ok, ok, "%q", tc.in)
-		require.Equal(t, tc.n, n, "%q", tc.in)
-	}
-}

@@ -25,10 +25,11 @@ func isCSpace(c byte) bool {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
 }
 
-// scanC reads tok the way strtoull reads it: magnitude, sign, whether any
-// digit was seen, whether the magnitude overflowed 64 bits, and whether what
-// follows the digits is acceptable to memcached's safe_strto* helpers.
-func scanC(tok []byte) (mag uint64, neg, ok bool) {
+// scanC reads tok the way strtoull reads it: the magnitude, the sign, and
+// end, where the digits stop. ok is false when there is no digit, when the
+// magnitude overflows 64 bits, or when what follows the digits is not
+// acceptable to memcached's safe_strto* helpers.
+func scanC(tok []byte) (mag uint64, neg bool, end int, ok bool) {
 	i := 0
 	for i < len(tok) && isCSpace(tok[i]) {
 		i++
@@ -48,17 +49,18 @@ func scanC(tok []byte) (mag uint64, neg, ok bool) {
 		mag = mag*10 + d
 	}
 	if i == start || overflow {
-		return 0, false, false
+		return 0, false, 0, false
 	}
 	if i < len(tok) && !isCSpace(tok[i]) {
-		return 0, false, false
+		return 0, false, 0, false
 	}
-	return mag, neg, true
+	return mag, neg, i, true
 }
 
-// parseUint64 is memcached's safe_strtoull.
+// parseUint64 is memcached's safe_strtoull. Its check for a minus sign
+// looks only at what strtoull read, not at what follows.
 func parseUint64(tok []byte) (uint64, bool) {
-	mag, neg, ok := scanC(tok)
+	mag, neg, end, ok := scanC(tok)
 	if !ok {
 		return 0, false
 	}
@@ -66,21 +68,35 @@ func parseUint64(tok []byte) (uint64, bool) {
 	if neg {
 		v = -mag
 	}
-	if int64(v) < 0 && bytes.IndexByte(tok, '-') >= 0 {
+	if int64(v) < 0 && bytes.IndexByte(tok[:end], '-') >= 0 {
 		return 0, false
 	}
 	return v, true
 }
 
-// parseUint32 is memcached's safe_strtoul stored into a 32-bit variable.
-func parseUint32(tok []byte) (uint32, bool) {
+// ParseUint32 is memcached's safe_strtoul stored into a 32-bit variable.
+func ParseUint32(tok []byte) (uint32, bool) {
 	v, ok := parseUint64(tok) // unsigned long is 64-bit: same checks
 	return uint32(v), ok
 }
 
+// ParseCounter reads a stored value the way memcached's incr and decr do:
+// safe_strtoull over the item's data, which in memcached is followed by
+// "\r\n" (so the end of the value counts as whitespace) and read as a C
+// string (so a NUL ends it). Leading whitespace, a sign, leading zeros and
+// anything after a whitespace byte are accepted, as memcached accepts them:
+// a value an earlier decr padded with spaces and a client then appended
+// to still counts.
+func ParseCounter(v []byte) (uint64, bool) {
+	if i := bytes.IndexByte(v, 0); i >= 0 {
+		v = v[:i]
+	}
+	return parseUint64(v)
+}
+
 // parseInt32 is memcached's safe_strtol stored into an int32_t.
 func parseInt32(tok []byte) (int32, bool) {
-	mag, neg, ok := scanC(tok)
+	mag, neg, _, ok := scanC(tok)
 	if !ok {
 		return 0, false
 	}

@@ -200,7 +200,7 @@ func (r *Reader) parseStorage(c Command, w [][]byte, req *Request) error {
 	if len(w[1]) > MaxKeyLen {
 		return replyError(MsgBadCommandLine, nr)
 	}
-	flags, ok1 := parseUint32(w[2])
+	flags, ok1 := ParseUint32(w[2])
 	exp, ok2 := parseInt32(w[3])
 	vlen, ok3 := parseInt32(w[4])
 	if !ok1 || !ok2 || !ok3 {
@@ -341,7 +341,7 @@ func (r *Reader) parseVerbosity(w [][]byte, req *Request) error {
 		return errUnknown()
 	}
 	nr := noreply(w)
-	level, ok := parseUint32(w[1])
+	level, ok := ParseUint32(w[1])
 	if !ok {
 		return replyError(MsgBadCommandLine, nr)
 	}
