@@ -193,12 +193,14 @@ func Decode(data []byte, c *Command) error {
 	if data[0] != Version {
 		return fmt.Errorf("%w: unknown version %d", ErrCorrupt, data[0])
 	}
+	// The request ID first: whatever is wrong further on, the proposer can
+	// be told at once that its entry did nothing (see fsm's Apply).
+	c.ReqID = binary.BigEndian.Uint64(data[2:])
+	c.Stamp = int64(binary.BigEndian.Uint64(data[10:]))
 	c.Op = Op(data[1])
 	if _, ok := opNames[c.Op]; !ok {
 		return fmt.Errorf("%w: unknown op %d", ErrCorrupt, data[1])
 	}
-	c.ReqID = binary.BigEndian.Uint64(data[2:])
-	c.Stamp = int64(binary.BigEndian.Uint64(data[10:]))
 	d := decoder{b: data[headerLen:]}
 	switch c.Op {
 	case OpSet, OpAdd, OpReplace, OpCAS:

@@ -377,7 +377,9 @@ func (f *FSM) Apply(ents []Entry) ([]Result, error) {
 		if err := command.Decode(e.Data, &c); err != nil {
 			// Deterministic on every node: log and skip, never stop the cluster.
 			f.logger.Error("skipping undecodable entry", "index", e.Index, "err", err)
-			results[i] = Result{Status: StatusInvalid}
+			// Addressed to its proposer when the header names one, which
+			// then learns now that nothing was done, not at its timeout.
+			results[i] = Result{ReqID: c.ReqID, Status: StatusInvalid}
 			continue
 		}
 		r, err := f.applyOne(b, &st, &c, e.Index)

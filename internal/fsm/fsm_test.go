@@ -434,3 +434,29 @@ func TestFlushAll(t *testing.T) {
 	_, ok, _ = f.Get([]byte("late"), t0+12e9)
 	require.True(t, ok)
 }
+
+// TestUndecodableEntryAnswersItsProposer: an entry whose header is sound but
+// whose payload is not does nothing on every node, and its result still
+// names the request, so the proposer hears so at once rather than waiting
+// out its timeout for an unknown outcome.
+func TestUndecodableEntryAnswersItsProposer(t *testing.T) {
+	f := openTest(t, t.TempDir())
+	defer f.Close()
+	c := set(command.OpSet, "k", "v")
+	c.ReqID, c.Stamp = 0xabc, t0
+	data, err := command.Encode(nil, &c)
+	require.NoError(t, err)
+	for _, bad := range [][]byte{
+		append(append([]byte(nil), data...), 0),                                       // a trailing byte
+		append(append([]byte(nil), data[:1]...), append([]byte{200}, data[2:]...)...), // an op this binary does not know
+	} {
+		applied := f.AppliedIndex()
+		res, err := f.Apply([]Entry{{Index: applied + 1, Data: bad}})
+		require.NoError(t, err)
+		require.Equal(t, Result{ReqID: 0xabc, Status: StatusInvalid}, res[0])
+		require.Equal(t, applied+1, f.AppliedIndex())
+		_, ok, err := f.Get([]byte("k"), t0)
+		require.NoError(t, err)
+		require.False(t, ok)
+	}
+}
