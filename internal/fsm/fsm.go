@@ -545,7 +545,14 @@ func (f *FSM) applyFlush(b *pebble.Batch, st *applyState, c *command.Command) (R
 		at = expiryOf(c.Delay, c.Stamp)
 	}
 	if at > c.Stamp {
-		// A later flush_all replaces a pending one, as in memcached.
+		// A later flush_all replaces a pending one, as in memcached. One
+		// whose horizon has passed is no longer pending: what it hid goes
+		// for good first, or the new horizon would bring it back.
+		if st.flushAt != 0 && st.flushAt <= c.Stamp {
+			if err := f.dropStoredBefore(b, st, st.flushAt); err != nil {
+				return Result{}, err
+			}
+		}
 		st.flushAt = at
 		return Result{Status: StatusOK}, nil
 	}
@@ -559,6 +566,35 @@ func (f *FSM) applyFlush(b *pebble.Batch, st *applyState, c *command.Command) (R
 	st.items, st.bytes, st.flushAt = 0, 0, 0
 	f.flushed, f.cacheWrites = true, f.cacheWrites[:0]
 	return Result{Status: StatusOK}, nil
+}
+
+// dropStoredBefore deletes every item stored before horizon, the passed
+// horizon of a delayed flush_all. It reads every item, which is why a
+// delayed flush only hides items (visible) and this runs only when a later
+// flush_all replaces a horizon that has passed.
+func (f *FSM) dropStoredBefore(b *pebble.Batch, st *applyState, horizon int64) (err error) {
+	it, err := b.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixData}, UpperBound: []byte{prefixData + 1}})
+	if err != nil {
+		return fmt.Errorf("flush_all: scan items: %w", err)
+	}
+	defer func() {
+		if cerr := it.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("flush_all: scan items: %w", cerr)
+		}
+	}()
+	var old Item
+	for ok := it.First(); ok; ok = it.Next() {
+		key := it.Key()[1:]
+		if err := decodeItem(it.Value(), &old); err != nil {
+			return fmt.Errorf("flush_all: read %q: %w", key, err)
+		}
+		if old.StoredAt < horizon {
+			if err := f.remove(b, st, append([]byte(nil), key...), &old); err != nil {
+				return fmt.Errorf("flush_all: %w", err)
+			}
+		}
+	}
+	return nil
 }
 
 func (f *FSM) applyExpire(b *pebble.Batch, st *applyState, c *command.Command) (Result, error) {

@@ -460,3 +460,38 @@ func TestUndecodableEntryAnswersItsProposer(t *testing.T) {
 		require.False(t, ok)
 	}
 }
+
+// TestDelayedFlushReplacedAfterItsHorizonStaysFlushed: once a delayed
+// flush_all's horizon has passed, what it hid is gone; a later delayed
+// flush_all replacing the horizon must not bring it back, and the items
+// it hid leave the counts.
+func TestDelayedFlushReplacedAfterItsHorizonStaysFlushed(t *testing.T) {
+	f := openTest(t, t.TempDir())
+	defer f.Close()
+	a := &applier{t: t, f: f}
+	a.do(set(command.OpSet, "old", "v"))
+	exp := set(command.OpSet, "old-expiring", "v")
+	exp.Exptime = 1000
+	a.do(exp)
+	a.do(command.Command{Op: command.OpFlush, Delay: 10})
+	late := set(command.OpSet, "late", "w")
+	late.Stamp = t0 + 15e9 // after the first horizon: visible throughout
+	a.do(late)
+	for _, k := range []string{"old", "old-expiring"} {
+		_, ok, _ := f.Get([]byte(k), t0+20e9)
+		require.False(t, ok, "%s hidden after the first horizon", k)
+	}
+	a.do(command.Command{Op: command.OpFlush, Delay: 100, Stamp: t0 + 20e9})
+	for _, at := range []int64{t0 + 21e9, t0 + 119e9} {
+		for _, k := range []string{"old", "old-expiring"} {
+			_, ok, _ := f.Get([]byte(k), at)
+			require.False(t, ok, "%s came back at +%ds", k, (at-t0)/1e9)
+		}
+		_, ok, _ := f.Get([]byte("late"), at)
+		require.True(t, ok, "late stored after the first horizon, visible before the second")
+	}
+	require.Equal(t, int64(1), f.Stats().Items)
+	add := set(command.OpAdd, "old", "x")
+	add.Stamp = t0 + 22e9
+	require.Equal(t, StatusStored, a.do(add).Status)
+}
