@@ -278,46 +278,60 @@ func (c *conn) gat(req *mcproto.Request) *reply {
 	})
 }
 
-func (c *conn) statsGeneral() []byte {
+// statsGeneral answers `stats`. Running totals (t) are shown since the
+// last `stats reset`, as memcached's stats_reset zeroes them; current state
+// (u: connections, items, bytes) is not reset. It also returns the totals
+// as read, for `stats reset` to keep.
+func (c *conn) statsGeneral() ([]byte, map[string]uint64) {
 	st := c.s.stats
 	status := c.s.kv.Status()
 	now := time.Now()
 	var buf []byte
 	u := func(name string, v uint64) { buf = mcproto.AppendStatUint(buf, name, v) }
+	var base map[string]uint64
+	if p := c.s.statsBase.Load(); p != nil {
+		base = *p
+	}
+	totals := make(map[string]uint64, 32)
+	t := func(name string, v uint64) {
+		totals[name] = v
+		u(name, v-base[name])
+	}
 	u("pid", uint64(os.Getpid()))
 	u("uptime", uint64(now.Sub(st.Started)/time.Second))
 	u("time", uint64(now.Unix()))
 	buf = mcproto.AppendStat(buf, "version", version.Memcached)
 	buf = mcproto.AppendStat(buf, "libevent", "none")
 	u("pointer_size", strconv.IntSize)
+	buf = appendRusage(buf)
 	u("max_connections", uint64(c.s.cfg.MaxConnections))
 	u("curr_connections", uint64(st.CurrConnections.Load()))
-	u("total_connections", st.TotalConnections.Load())
-	u("rejected_connections", st.RejectedConnections.Load())
-	u("cmd_get", st.CmdGet.Load())
-	u("cmd_set", st.CmdSet.Load())
-	u("cmd_flush", st.CmdFlush.Load())
-	u("cmd_touch", st.CmdTouch.Load())
-	u("get_hits", st.GetHits.Load())
-	u("get_misses", st.GetMisses.Load())
-	u("delete_misses", st.DeleteMisses.Load())
-	u("delete_hits", st.DeleteHits.Load())
-	u("incr_misses", st.IncrMisses.Load())
-	u("incr_hits", st.IncrHits.Load())
-	u("decr_misses", st.DecrMisses.Load())
-	u("decr_hits", st.DecrHits.Load())
-	u("cas_misses", st.CasMisses.Load())
-	u("cas_hits", st.CasHits.Load())
-	u("cas_badval", st.CasBadval.Load())
-	u("touch_hits", st.TouchHits.Load())
-	u("touch_misses", st.TouchMisses.Load())
-	u("bytes_read", st.BytesRead.Load())
-	u("bytes_written", st.BytesWritten.Load())
+	t("total_connections", st.TotalConnections.Load())
+	t("rejected_connections", st.RejectedConnections.Load())
+	t("cmd_get", st.CmdGet.Load())
+	t("cmd_set", st.CmdSet.Load())
+	t("cmd_flush", st.CmdFlush.Load())
+	t("cmd_touch", st.CmdTouch.Load())
+	t("get_hits", st.GetHits.Load())
+	t("get_misses", st.GetMisses.Load())
+	t("delete_misses", st.DeleteMisses.Load())
+	t("delete_hits", st.DeleteHits.Load())
+	t("incr_misses", st.IncrMisses.Load())
+	t("incr_hits", st.IncrHits.Load())
+	t("decr_misses", st.DecrMisses.Load())
+	t("decr_hits", st.DecrHits.Load())
+	t("cas_misses", st.CasMisses.Load())
+	t("cas_hits", st.CasHits.Load())
+	t("cas_badval", st.CasBadval.Load())
+	t("touch_hits", st.TouchHits.Load())
+	t("touch_misses", st.TouchMisses.Load())
+	t("bytes_read", st.BytesRead.Load())
+	t("bytes_written", st.BytesWritten.Load())
 	u("threads", uint64(runtime.GOMAXPROCS(0)))
-	u("server_errors", st.ServerErrors.Load())
+	t("server_errors", st.ServerErrors.Load())
 	store := c.s.kv.StoreStats()
 	u("curr_items", uint64(max(store.Items, 0)))
-	u("total_items", st.TotalItems.Load())
+	t("total_items", st.TotalItems.Load())
 	u("bytes", uint64(max(store.Bytes, 0)))
 	u("evictions", 0) // kvd never evicts: a full store is an error, not a silent drop
 	if g := c.s.kv.Space(); g != nil {
@@ -334,7 +348,7 @@ func (c *conn) statsGeneral() []byte {
 	u("raft_commit_index", status.Commit)
 	u("raft_applied_index", status.Applied)
 	buf = mcproto.AppendStat(buf, "raft_role", status.Role)
-	return mcproto.AppendEnd(buf)
+	return mcproto.AppendEnd(buf), totals
 }
 
 func (c *conn) statsSettings() []byte {

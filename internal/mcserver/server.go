@@ -54,6 +54,10 @@ type Server struct {
 	// lastAccept is the second (since Stats.Started) of the last accepted
 	// connection: the listener's secs_since_last_cmd in `stats conns`.
 	lastAccept atomic.Int64
+	// statsBase holds the running totals as of the last `stats reset`,
+	// by stat name, which `stats` subtracts: the counters themselves keep
+	// counting, because the Prometheus metrics read them too.
+	statsBase atomic.Pointer[map[string]uint64]
 
 	mu       sync.Mutex
 	ln       net.Listener

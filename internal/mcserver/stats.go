@@ -17,7 +17,8 @@ import (
 // polling them keep working.
 func (c *conn) statsReply(args []string) (buf []byte, ok bool) {
 	if len(args) == 0 {
-		return c.statsGeneral(), true
+		buf, _ = c.statsGeneral()
+		return buf, true
 	}
 	switch args[0] {
 	case "settings":
@@ -27,8 +28,24 @@ func (c *conn) statsReply(args []string) (buf []byte, ok bool) {
 	case "raft":
 		return c.s.statsRaft(), true
 	case "reset":
+		_, totals := c.statsGeneral()
+		c.s.statsBase.Store(&totals)
 		return append(buf, mcproto.ReplyReset...), true
-	case "items", "cachedump":
+	case "items":
+		return mcproto.AppendEnd(buf), true
+	case "cachedump":
+		// memcached's argument checks, then its answer for an empty class.
+		if len(args) < 3 {
+			return mcproto.AppendClientError(buf, "bad command line"), true
+		}
+		id, ok1 := mcproto.ParseUint32([]byte(args[1]))
+		_, ok2 := mcproto.ParseUint32([]byte(args[2]))
+		if !ok1 || !ok2 {
+			return mcproto.AppendClientError(buf, "bad command line format"), true
+		}
+		if id >= maxSlabClasses {
+			return mcproto.AppendClientError(buf, "Illegal slab id"), true
+		}
 		return mcproto.AppendEnd(buf), true
 	case "slabs":
 		buf = mcproto.AppendStatUint(buf, "active_slabs", 0)
@@ -51,6 +68,10 @@ func (c *conn) statsReply(args []string) (buf []byte, ok bool) {
 	}
 	return append(buf, mcproto.ReplyError...), false
 }
+
+// maxSlabClasses is memcached's MAX_NUMBER_OF_SLAB_CLASSES, the bound on
+// `stats cachedump`'s class id.
+const maxSlabClasses = 64
 
 // statsConns lists the listener and every client connection in memcached's
 // `stats conns` format, ordered by ID.

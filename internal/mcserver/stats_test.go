@@ -145,6 +145,10 @@ func TestStatsSubcommands(t *testing.T) {
 		{"stats detail dump", "END"},
 		{"stats detail", "CLIENT_ERROR usage: stats detail on|off|dump"},
 		{"stats cachedump 1 1", "END"},
+		{"stats cachedump", "CLIENT_ERROR bad command line"},
+		{"stats cachedump 1", "CLIENT_ERROR bad command line"},
+		{"stats cachedump x 1", "CLIENT_ERROR bad command line format"},
+		{"stats cachedump 64 0", "CLIENT_ERROR Illegal slab id"},
 		{"stats reset", "RESET"},
 		{"stats bogus", "ERROR"},
 		{"stats raft2", "ERROR"},
@@ -153,4 +157,32 @@ func TestStatsSubcommands(t *testing.T) {
 	}
 	// The connection survives all of them.
 	require.Equal(t, []string{"VERSION 1.6.21"}, c.do("version\r\n", "VERSION 1.6.21"))
+}
+
+// TestStatsReset: `stats reset` zeroes the running totals, as memcached's
+// does, and leaves current state alone; the counters go on from zero.
+func TestStatsReset(t *testing.T) {
+	n := startNode(t)
+	c := dial(t, n.MemcacheAddr())
+	require.Equal(t, []string{"STORED"}, c.do("set a 0 0 1\r\nx\r\n", "STORED"))
+	c.do("get a b\r\n")
+	before := stats(t, c.do("stats\r\n"))
+	require.Equal(t, "2", before["cmd_get"])
+	require.Equal(t, "1", before["cmd_set"])
+	require.Equal(t, "1", before["curr_items"])
+	require.Regexp(t, `^\d+\.\d{6}$`, before["rusage_user"])
+
+	require.Equal(t, []string{"RESET"}, c.do("stats reset\r\n"))
+	after := stats(t, c.do("stats\r\n"))
+	for _, name := range []string{"cmd_get", "cmd_set", "get_hits", "get_misses", "total_items", "total_connections"} {
+		require.Equal(t, "0", after[name], name)
+	}
+	require.Equal(t, "1", after["curr_items"], "current state is not reset")
+	require.Equal(t, "1", after["curr_connections"])
+	require.NotEqual(t, "0", after["bytes_read"], "bytes read since the reset: the stats request itself")
+
+	c.do("get a\r\n")
+	again := stats(t, c.do("stats\r\n"))
+	require.Equal(t, "1", again["cmd_get"])
+	require.Equal(t, "1", again["get_hits"])
 }
