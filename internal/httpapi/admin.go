@@ -206,8 +206,11 @@ func (a *api) adminFail(w http.ResponseWriter, r *http.Request, body []byte, err
 		writeError(w, http.StatusNotFound, "not_found", err.Error())
 	case errors.Is(err, kv.ErrMemberExists):
 		writeError(w, http.StatusConflict, "member_exists", err.Error())
+	case errors.Is(err, kv.ErrLastVoter):
+		writeError(w, http.StatusConflict, "last_voter", err.Error())
 	case errors.Is(err, kv.ErrQuorumAtRisk):
-		writeError(w, http.StatusConflict, "quorum_at_risk", err.Error()+" (add ?force=true to remove it anyway)")
+		writeError(w, http.StatusConflict, "quorum_at_risk",
+			err.Error()+" (force it to remove the member anyway: ?force=true, kvd cluster remove --force)")
 	case errors.Is(err, kv.ErrConfChangeTimeout):
 		writeError(w, http.StatusServiceUnavailable, "timeout", err.Error())
 	case errors.Is(err, kv.ErrRemoved):

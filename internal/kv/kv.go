@@ -293,6 +293,7 @@ var (
 	ErrUnknownMember     = replica.ErrUnknownMember
 	ErrMemberExists      = replica.ErrMemberExists
 	ErrQuorumAtRisk      = replica.ErrQuorumAtRisk
+	ErrLastVoter         = replica.ErrLastVoter
 	ErrRemoved           = replica.ErrRemoved
 	ErrConfChangeTimeout = replica.ErrConfChangeTimeout
 )

@@ -40,6 +40,10 @@ var (
 	ErrUnknownMember = errors.New("no such member")
 	ErrMemberExists  = errors.New("member already exists")
 	ErrQuorumAtRisk  = errors.New("the change would leave the cluster without a quorum of healthy voters")
+	// ErrLastVoter: raft has no configuration without a voter (it stops the
+	// node applying one, at every restart), so not even a forced removal
+	// may propose it.
+	ErrLastVoter = errors.New("it is the last voter, which no change can remove")
 	ErrRemoved       = errors.New("this member was removed from the cluster")
 )
 
@@ -110,6 +114,9 @@ func (r *Replica) ChangeMember(ctx context.Context, reqID uint64, typ ConfChange
 			if !isVoter && !isLearner {
 				return ErrUnknownMember
 			}
+			if isVoter && len(voters) == 1 {
+				return ErrLastVoter
+			}
 			if isVoter && !force {
 				if err := removalSafe(st, voters, uint64(id), r.heardFrom); err != nil {
 					return err
@@ -147,9 +154,6 @@ func removalSafe(st raft.Status, voters []uint64, id uint64, heard func(uint64, 
 		if pr, ok := st.Progress[v]; v == st.ID || (ok && heard(v, pr)) {
 			healthy++
 		}
-	}
-	if left == 0 {
-		return fmt.Errorf("%w: it is the last voter", ErrQuorumAtRisk)
 	}
 	if healthy < left/2+1 {
 		return fmt.Errorf("%w: %d of the %d voters left are reachable, %d needed", ErrQuorumAtRisk, healthy, left, left/2+1)

@@ -1,0 +1,31 @@
+package replica
+
+import (
+	"context"
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestLastVoterIsNeverRemoved: raft stops a node that applies a
+// configuration without voters, at every restart after it too, so the
+// removal of the last voter is refused before it is proposed, forced or not.
+func TestLastVoterIsNeverRemoved(t *testing.T) {
+	r := startSolo(t, 0)
+	for i, force := range []bool{false, true} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := r.ChangeMember(ctx, uint64(100+i), RemoveMember, 1, nil, force)
+		cancel()
+		require.ErrorIs(t, err, ErrLastVoter, "force=%v", force)
+	}
+	// Still the leader of a working group.
+	require.Equal(t, NodeID(1), r.Status().Leader)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := r.Propose(ctx, 200, binary.BigEndian.AppendUint64(nil, 200)) // echoSM answers it
+	require.NoError(t, err)
+	_, err = p.Wait(ctx)
+	require.NoError(t, err)
+}
