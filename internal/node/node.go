@@ -195,10 +195,13 @@ func Start(cfg config.Config, logger *slog.Logger) (n *Node, err error) {
 		memcache: advertise(cfg.AdvertiseMemcacheAddr, n.mcLn.Addr().String()),
 	}
 	if len(ms.Members) > 0 && cfg.AdvertisePeerAddr == "" {
-		// A founding member is reached where --initial-cluster says.
+		// A founding member is reached where --initial-cluster says. A lone
+		// node's entry is its --peer-addr, which may be a wildcard (the
+		// container image's 0.0.0.0): a joining node dialled that and
+		// reached itself, so the wildcard gives way to the host name.
 		for _, m := range ms.Members {
 			if m.ID == uint64(rcfg.ID) {
-				n.adv.peer = m.PeerAddr
+				n.adv.peer = advertise("", m.PeerAddr)
 			}
 		}
 	}

@@ -4,7 +4,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -39,4 +41,28 @@ func TestStartFailsCleanlyWhenAPortIsTaken(t *testing.T) {
 	n, err := Start(cfg, logger)
 	require.NoError(t, err)
 	require.NoError(t, n.Shutdown(t.Context()))
+}
+
+// A lone node listening for peers on a wildcard address (the container
+// image's default) publishes its host name, not 0.0.0.0, as the address
+// joining members dial: they used to dial themselves.
+func TestLoneNodeOnWildcardPeerAddrPublishesItsHostName(t *testing.T) {
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	_, port, err := net.SplitHostPort(free.Addr().String())
+	require.NoError(t, err)
+	require.NoError(t, free.Close())
+
+	cfg := config.Default()
+	cfg.Name, cfg.DataDir = "n1", t.TempDir()
+	cfg.MemcacheAddr, cfg.HTTPAddr, cfg.PeerAddr = "127.0.0.1:0", "127.0.0.1:0", "0.0.0.0:"+port
+	n, err := Start(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, n.Shutdown(t.Context())) }()
+	require.Eventually(t, func() bool {
+		m, ok := n.Member(IDOf("n1"))
+		return ok && m.PeerAddr == net.JoinHostPort(host, port)
+	}, 30*time.Second, 10*time.Millisecond, "published member: %+v", func() any { m, _ := n.Member(IDOf("n1")); return m }())
 }
