@@ -222,8 +222,13 @@ func Start(cfg config.Config, logger *slog.Logger) (n *Node, err error) {
 		handler = withPprof(handler)
 	}
 	n.http = &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler: handler,
+		// --request-timeout bounds reading a request too: a client that
+		// stalls mid-body would otherwise hold its handler, and the
+		// graceful drain at shutdown, for ever.
+		ReadHeaderTimeout: cfg.RequestTimeout,
+		ReadTimeout:       cfg.RequestTimeout,
+		IdleTimeout:       2 * time.Minute,
 	}
 	n.watchDone = make(chan struct{})
 	go func() {
@@ -276,8 +281,13 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	if err := n.mc.Shutdown(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("memcache shutdown: %w", err))
 	}
-	if err := n.http.Shutdown(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+	// Requests in flight end within the request timeout; the drain gets
+	// that long, so that what remains of ctx is left for the handoff.
+	hctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout+time.Second)
+	err := n.http.Shutdown(hctx)
+	cancel()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("http shutdown: %w", errors.Join(err, n.http.Close())))
 	}
 	n.stopSweep()
 	n.stopWatch()

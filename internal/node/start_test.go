@@ -66,3 +66,28 @@ func TestLoneNodeOnWildcardPeerAddrPublishesItsHostName(t *testing.T) {
 		return ok && m.PeerAddr == net.JoinHostPort(host, port)
 	}, 30*time.Second, 10*time.Millisecond, "published member: %+v", func() any { m, _ := n.Member(IDOf("n1")); return m }())
 }
+
+// An HTTP client that stalls in the middle of its body is cut off by the
+// request timeout, and does not hold the graceful shutdown.
+func TestStalledHTTPUploadIsCutOff(t *testing.T) {
+	cfg := config.Default()
+	cfg.Name, cfg.DataDir = "n1", t.TempDir()
+	cfg.MemcacheAddr, cfg.HTTPAddr, cfg.PeerAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.RequestTimeout = 300 * time.Millisecond
+	n, err := Start(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return n.KV().Status().Ready }, 30*time.Second, 5*time.Millisecond)
+
+	nc, err := net.Dial("tcp", n.HTTPAddr())
+	require.NoError(t, err)
+	defer nc.Close()
+	_, err = io.WriteString(nc, "PUT /v1/kv/slow HTTP/1.1\r\nHost: kvd\r\nContent-Length: 10\r\n\r\nabc")
+	require.NoError(t, err)
+	// The bound is only against a hang; the server answers (or closes)
+	// once the request timeout passes.
+	require.NoError(t, nc.SetReadDeadline(time.Now().Add(time.Minute)))
+	_, err = io.ReadAll(nc)
+	require.NoError(t, err, "the server closes the stalled connection")
+
+	require.NoError(t, n.Shutdown(t.Context()))
+}
