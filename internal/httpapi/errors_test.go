@@ -25,6 +25,15 @@ type faulty struct {
 	doErr      error
 	barrierErr error
 	listErr    error
+	localReads bool // as if started with --read-consistency local
+}
+
+func (f *faulty) Config() kv.Config {
+	c := f.Service.Config()
+	if f.localReads {
+		c.ReadConsistency = kv.Local
+	}
+	return c
 }
 
 func (f *faulty) Status() kv.ReplicaStatus {
@@ -117,6 +126,12 @@ func TestUnavailable(t *testing.T) {
 		expect503(c.get("/v1/kv/k"), "no_leader")
 		expect503(c.get("/v1/kv/k?consistency=lease"), "no_leader")
 		require.Equal(t, http.StatusOK, c.get("/v1/kv/k?consistency=local").status)
+	})
+	t.Run("read default is the node's", func(t *testing.T) {
+		*f = faulty{Service: n.KV(), barrierErr: kv.ErrNoLeader, localReads: true}
+		require.Equal(t, http.StatusOK, c.get("/v1/kv/k").status, "--read-consistency local: no barrier")
+		require.Equal(t, http.StatusOK, c.get("/v1/kv?prefix=k").status)
+		expect503(c.get("/v1/kv/k?consistency=linearizable"), "no_leader")
 	})
 	t.Run("read timeout", func(t *testing.T) {
 		*f = faulty{Service: n.KV(), barrierErr: kv.ErrTimeout}

@@ -17,6 +17,7 @@ import (
 // The key-value API.
 //
 //	GET    /v1/kv/{key}[?consistency=linearizable|lease|local]
+//	       (default: the node's --read-consistency)
 //	       200 value as the body; ETag "<cas>", X-Kvd-Flags, X-Kvd-Expires
 //	       (absolute Unix seconds, absent if never); 304 on If-None-Match
 //	       matching the ETag; 404 missing.
@@ -101,7 +102,7 @@ func (a *api) getKey(w http.ResponseWriter, r *http.Request, rawKey string) stri
 	if e != nil {
 		return reject(w, e)
 	}
-	level, e := consistencyOf(q)
+	level, e := a.consistencyOf(q)
 	if e != nil {
 		return reject(w, e)
 	}
@@ -296,7 +297,7 @@ func (a *api) listKeys(w http.ResponseWriter, r *http.Request) string {
 		}
 		limit = n
 	}
-	level, e := consistencyOf(q)
+	level, e := a.consistencyOf(q)
 	if e != nil {
 		return reject(w, e)
 	}
@@ -418,10 +419,16 @@ func paramOrHeader(q url.Values, h http.Header, param, header string) (string, *
 	return pv, nil
 }
 
-func consistencyOf(q url.Values) (kv.Consistency, *inputError) {
-	level, err := kv.ParseConsistency(q.Get("consistency"))
-	if err != nil {
-		return 0, badRequest("bad_consistency", "%v", err)
+// consistencyOf is the read's consistency: the query's, else the node's
+// --read-consistency, the default of its memcache port too.
+func (a *api) consistencyOf(q url.Values) (kv.Consistency, *inputError) {
+	if !q.Has("consistency") {
+		return a.svc.Config().ReadConsistency, nil
+	}
+	s := q.Get("consistency")
+	level, err := kv.ParseConsistency(s)
+	if err != nil || s == "" {
+		return 0, badRequest("bad_consistency", "consistency %q: want linearizable, lease or local", s)
 	}
 	return level, nil
 }

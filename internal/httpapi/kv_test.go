@@ -243,6 +243,7 @@ func TestBadInput(t *testing.T) {
 		{"repeated parameter", "PUT", "/v1/kv/k?flags=1&flags=2", nil, nil, 400, "bad_request"},
 		{"bad query encoding", "PUT", "/v1/kv/k?flags=%zz", nil, nil, 400, "bad_request"},
 		{"bad consistency", "GET", "/v1/kv/k?consistency=eventual", nil, nil, 400, "bad_consistency"},
+		{"empty consistency", "GET", "/v1/kv/k?consistency=", nil, nil, 400, "bad_consistency"},
 		{"weak If-Match", "PUT", "/v1/kv/k", nil, []string{"If-Match", `W/"1"`}, 400, "bad_precondition"},
 		{"two If-Match tokens", "PUT", "/v1/kv/k", nil, []string{"If-Match", `"1", "2"`}, 400, "bad_precondition"},
 		{"If-Match garbage", "PUT", "/v1/kv/k", nil, []string{"If-Match", `"abc"`}, 400, "bad_precondition"},
