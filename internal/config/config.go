@@ -168,8 +168,10 @@ func (c *Config) Members() ([]Member, error) {
 			return nil, fmt.Errorf("initial-cluster: %q is not name=host:port", part)
 		}
 		addr = strings.TrimPrefix(strings.TrimPrefix(addr, "http://"), "https://")
-		if _, _, err := net.SplitHostPort(addr); err != nil {
+		if _, port, err := net.SplitHostPort(addr); err != nil {
 			return nil, fmt.Errorf("initial-cluster: member %s: %w", name, err)
+		} else if !validPort(port, false) {
+			return nil, fmt.Errorf("initial-cluster: member %s: port %q must be a number from 1 to 65535", name, port)
 		}
 		if seen[name] {
 			return nil, fmt.Errorf("initial-cluster: member %s listed twice", name)
@@ -179,6 +181,12 @@ func (c *Config) Members() ([]Member, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// validPort: a TCP port number; 0 (any free port) only where listening.
+func validPort(port string, listen bool) bool {
+	n, err := strconv.ParseUint(port, 10, 16)
+	return err == nil && (n > 0 || listen)
 }
 
 // Validate reports every problem at once.
@@ -192,8 +200,10 @@ func (c *Config) Validate() error {
 		add("data-dir: must not be empty")
 	}
 	for flag, addr := range map[string]string{"memcache-addr": c.MemcacheAddr, "http-addr": c.HTTPAddr, "peer-addr": c.PeerAddr} {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
+		if _, port, err := net.SplitHostPort(addr); err != nil {
 			add("%s %q: %v", flag, addr, err)
+		} else if !validPort(port, true) {
+			add("%s %q: port must be a number from 0 to 65535", flag, addr)
 		}
 	}
 	if c.MaxItemSize < 1<<10 || c.MaxItemSize > 128<<20 {
@@ -240,7 +250,7 @@ func (c *Config) Validate() error {
 		if addr == "" {
 			continue
 		}
-		if host, port, err := net.SplitHostPort(addr); err != nil || host == "" || port == "0" {
+		if host, port, err := net.SplitHostPort(addr); err != nil || host == "" || !validPort(port, false) {
 			add("%s %q: want a reachable host:port", flag, addr)
 		}
 	}

@@ -20,9 +20,12 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	c.ElectionTimeout = c.HeartbeatInterval
 	c.InitialCluster = "other=127.0.0.1:1"
 	c.MaxPending = 0
+	c.HTTPAddr = "127.0.0.1:99999"
+	c.AdvertiseMemcacheAddr = "kvd1:0"
 	err := c.Validate()
 	require.Error(t, err)
-	for _, want := range []string{"max-item-size", "read-consistency", "election-timeout", "does not name this member", "max-pending"} {
+	for _, want := range []string{"max-item-size", "read-consistency", "election-timeout", "does not name this member", "max-pending",
+		`http-addr "127.0.0.1:99999": port`, "advertise-memcache-addr"} {
 		require.Contains(t, err.Error(), want)
 	}
 }
@@ -38,6 +41,8 @@ func TestMembers(t *testing.T) {
 		{"n1=h:1,n1=h:2", nil, true},
 		{"n1", nil, true},
 		{"n1=nohost", nil, true},
+		{"n1=h:99999", nil, true},
+		{"n1=h:0", nil, true},
 	} {
 		c := Default()
 		c.Name, c.InitialCluster = "n1", tc.in

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -181,6 +182,10 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) ([]byte, bool) {
 		writeError(w, http.StatusBadRequest, "bad_json", "malformed JSON body: "+err.Error())
 		return nil, false
 	}
+	if _, err := dec.Token(); err != io.EOF {
+		writeError(w, http.StatusBadRequest, "bad_json", "malformed JSON body: more after the JSON object")
+		return nil, false
+	}
 	return body, true
 }
 
@@ -188,6 +193,9 @@ func checkHostPort(s string) error {
 	u, err := url.Parse("tcp://" + s)
 	if err != nil || u.Hostname() == "" || u.Port() == "" || u.Host != s {
 		return fmt.Errorf("%q is not host:port", s)
+	}
+	if n, err := strconv.ParseUint(u.Port(), 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("%q: the port must be a number from 1 to 65535", s)
 	}
 	return nil
 }

@@ -153,3 +153,28 @@ func TestUnavailable(t *testing.T) {
 	// Without metrics there is no /metrics.
 	expectError(t, c.get("/metrics"), http.StatusNotFound, "not_found")
 }
+
+// An admin body is one JSON object and nothing more: trailing bytes are a
+// malformed body, not ignored.
+func TestAdminBodyIsOneJSONObject(t *testing.T) {
+	n := startNode(t)
+	c := newClient(t, "http://"+n.HTTPAddr())
+	for _, body := range []string{`{"to":"nobody"} trailing`, `{"to":"nobody"}{"to":"n1"}`, `{"to":"nobody"`} {
+		r := c.do(http.MethodPost, "/v1/cluster/transfer-leader", strings.NewReader(body), "Content-Type", "application/json")
+		expectError(t, r, http.StatusBadRequest, "bad_json")
+	}
+	r := c.do(http.MethodPost, "/v1/cluster/transfer-leader", strings.NewReader(`{"to":"nobody"} `+"\n"), "Content-Type", "application/json")
+	expectError(t, r, http.StatusNotFound, "not_found")
+}
+
+// A member's addresses are checked before anything is proposed.
+func TestAddMemberChecksItsPort(t *testing.T) {
+	n := startNode(t)
+	c := newClient(t, "http://"+n.HTTPAddr())
+	for _, addr := range []string{"[::1]:99999", "h:0", "h:x", "h"} {
+		body := `{"name":"n9","peer_addr":"` + addr + `"}`
+		r := c.do(http.MethodPost, "/v1/cluster/members", strings.NewReader(body), "Content-Type", "application/json")
+		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", addr, r.body)
+	}
+	require.Len(t, n.KV().Status().Learners, 0)
+}

@@ -44,7 +44,7 @@ var (
 	// node applying one, at every restart), so not even a forced removal
 	// may propose it.
 	ErrLastVoter = errors.New("it is the last voter, which no change can remove")
-	ErrRemoved       = errors.New("this member was removed from the cluster")
+	ErrRemoved   = errors.New("this member was removed from the cluster")
 )
 
 // Progress is the leader's view of one member's replication.
