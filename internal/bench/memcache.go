@@ -262,9 +262,12 @@ func (d memcacheDriver) Info(ctx context.Context, addr string, timeout time.Dura
 	if e != nil {
 		return nil, e
 	}
-	if v, ok := bytes.CutPrefix(line, []byte("VERSION ")); ok {
-		info["version"] = string(v)
+	v, ok := bytes.CutPrefix(line, []byte("VERSION "))
+	if !ok {
+		// An HTTP server on the port, say: every operation would fail.
+		return nil, fmt.Errorf("%s does not speak the memcached protocol: it answered %q to version", addr, trunc(line, 60))
 	}
+	info["version"] = string(v)
 	keep := map[string]bool{"curr_items": true, "bytes": true, "limit_maxbytes": true, "evictions": true,
 		"curr_connections": true, "get_hits": true, "get_misses": true, "cmd_get": true, "cmd_set": true, "threads": true}
 	for range 1000 { // a stats reply has well under 1000 lines
@@ -284,4 +287,12 @@ func (d memcacheDriver) Info(ctx context.Context, addr string, timeout time.Dura
 		}
 	}
 	return info, nil
+}
+
+// trunc shortens b to at most n bytes, for an error message.
+func trunc(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
 }

@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -179,6 +181,20 @@ func TestUnreachableServerEndsCleanly(t *testing.T) {
 		t.Fatalf("probe errors %d cases %d notes %v", rep.ProbeErrors, len(rep.Cases), rep.Notes)
 	}
 	if !strings.Contains(rep.Probe[0].Error, ErrConnectRefused) {
+		t.Fatalf("probe error %q", rep.Probe[0].Error)
+	}
+}
+
+// A server that is not a memcached (an HTTP port given by mistake) fails
+// the probe like an unreachable one, instead of failing every operation.
+func TestNonMemcachedServerFailsTheProbe(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	rep := mustRun(t, testConfig(t, "membrain", srv.Listener.Addr().String()))
+	if rep.ProbeErrors != 1 || len(rep.Cases) != 0 || len(rep.Notes) == 0 {
+		t.Fatalf("probe errors %d cases %d notes %v", rep.ProbeErrors, len(rep.Cases), rep.Notes)
+	}
+	if !strings.Contains(rep.Probe[0].Error, "does not speak the memcached protocol") {
 		t.Fatalf("probe error %q", rep.Probe[0].Error)
 	}
 }
