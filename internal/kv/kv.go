@@ -112,9 +112,9 @@ func (s *Service) GuardSpace(g *SpaceGuard) { s.space = g }
 // Space is the free-space guard, nil when there is none.
 func (s *Service) Space() *SpaceGuard { return s.space }
 
-// Call is a submitted write. Every Call must be waited for, even one whose
-// result no longer matters: Wait is what gives its place among the writes
-// in flight (Config's bound, the replica's --max-pending) back.
+// Call is a submitted write. It counts against --max-pending until its
+// entry is applied (or its Wait gives up), waited for or not; a Call
+// nobody waits for still takes effect, and its result is lost.
 type Call struct {
 	p        *replica.Pending
 	deadline time.Time

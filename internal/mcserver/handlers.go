@@ -244,9 +244,8 @@ func (c *conn) gat(req *mcproto.Request) *reply {
 		keys[i] = append([]byte(nil), k...)
 		call, err := c.submit(&command.Command{Op: command.OpGAT, Key: k, Exptime: req.Exptime})
 		if err != nil {
-			// The touches already proposed go ahead; the reply waits for
-			// them, which also gives back their places in the replica's
-			// bound on writes in flight (only a wait does).
+			// The touches already proposed go ahead; the error comes after
+			// them, in their place, as every reply on a connection does.
 			st.ServerErrors.Add(1)
 			st.count(req.Command, ResultServerError, 1)
 			return c.pending(calls[:i], func(dst []byte, _ []kv.Result, _ error) []byte {

@@ -10,11 +10,12 @@ import (
 )
 
 // TestGatRefusedMidwayGivesBackItsPlaces: a gat of more keys than the node
-// lets be in flight is refused part of the way through (busy), and the
-// touches it had already proposed must still be waited for, since only a
-// wait gives a write's place in that bound back. Before, they were
-// dropped unwaited, and four such places lost made every later write
-// answer busy for good.
+// lets be in flight is refused part of the way through (busy). Its reply
+// comes after the touches it had already proposed, so the writes that
+// follow it find their places free. Before, the error came back at once and
+// those touches were never counted out of the bound (replica's
+// TestUnwaitedProposalsGiveBackTheirPlaces): four of them at
+// --max-pending 4 made every later write answer busy for good.
 func TestGatRefusedMidwayGivesBackItsPlaces(t *testing.T) {
 	n := startNode(t, func(c *config.Config) { c.MaxPending = 4 })
 	c := dial(t, n.MemcacheAddr())

@@ -229,18 +229,17 @@ type Replica struct {
 	err    error
 
 	// Ready-loop state.
-	confState        *pb.ConfState
-	lastConfChange   uint64
-	lastCompact      uint64
-	span             logSpan // entry bytes applied since lastCompact
-	startCommit      uint64
-	readyCommit      uint64 // the leader's commit index, learned by readyProbe; 0 until known
-	readyProbeTick   uint64 // tick of the last probe; 0: none in flight
-	ready            bool
-	leader           uint64
-	leaderChanges    uint64
-	stopOnce         sync.Once
-	pendingProposals atomic.Int64
+	confState      *pb.ConfState
+	lastConfChange uint64
+	lastCompact    uint64
+	span           logSpan // entry bytes applied since lastCompact
+	startCommit    uint64
+	readyCommit    uint64 // the leader's commit index, learned by readyProbe; 0 until known
+	readyProbeTick uint64 // tick of the last probe; 0: none in flight
+	ready          bool
+	leader         uint64
+	leaderChanges  uint64
+	stopOnce       sync.Once
 	// Proposals made on this node that were applied, and that failed (refused,
 	// dropped, timed out or of unknown outcome).
 	proposalsApplied, proposalsFailed atomic.Uint64
@@ -356,7 +355,7 @@ func Start(cfg Config, log LogStore, sm StateMachine, tr Transport, logger *slog
 // it is queued for raft; Wait on the result returns its applied result. The
 // order of Propose calls from one goroutine is the order in the log.
 func (r *Replica) Propose(ctx context.Context, reqID uint64, data []byte) (*Pending, error) {
-	if int(r.pendingProposals.Load()) >= r.cfg.MaxPending {
+	if r.waits.size() >= r.cfg.MaxPending {
 		r.proposalsFailed.Add(1)
 		return nil, ErrBusy
 	}
@@ -364,7 +363,6 @@ func (r *Replica) Propose(ctx context.Context, reqID uint64, data []byte) (*Pend
 	if !ok {
 		return nil, fmt.Errorf("propose: duplicate request ID %x", reqID)
 	}
-	r.pendingProposals.Add(1)
 	p := &Pending{r: r, reqID: reqID, ch: ch}
 	select {
 	case r.propc <- proposal{reqID: reqID, data: data}:
@@ -389,10 +387,7 @@ type Pending struct {
 }
 
 func (p *Pending) release() {
-	p.once.Do(func() {
-		p.r.waits.cancel(p.reqID)
-		p.r.pendingProposals.Add(-1)
-	})
+	p.once.Do(func() { p.r.waits.cancel(p.reqID) })
 }
 
 // Wait returns the applied result. If ctx ends first the error is

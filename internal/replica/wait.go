@@ -2,6 +2,7 @@ package replica
 
 import (
 	"sync"
+	"sync/atomic"
 )
 
 // Outcome is what a proposal's entry produced once applied, or why it failed.
@@ -13,9 +14,14 @@ type Outcome struct {
 // waitRegistry correlates proposals with their applied results by request ID.
 // Every path that ends a proposal (applied, dropped, timed out, node stopped)
 // triggers or cancels its waiter, so nothing leaks.
+//
+// Its size is the replica's count of proposals in flight (MaxPending): a
+// proposal counts from register until its outcome is delivered or its
+// waiter gives up, whether or not anyone ever reads the outcome.
 type waitRegistry struct {
 	mu sync.Mutex
 	m  map[uint64]chan Outcome
+	n  atomic.Int64 // len(m), readable without mu
 }
 
 func newWaitRegistry() *waitRegistry {
@@ -32,6 +38,7 @@ func (w *waitRegistry) register(id uint64) (chan Outcome, bool) {
 	}
 	ch := make(chan Outcome, 1)
 	w.m[id] = ch
+	w.n.Store(int64(len(w.m)))
 	return ch, true
 }
 
@@ -42,6 +49,7 @@ func (w *waitRegistry) trigger(id uint64, o Outcome) bool {
 	w.mu.Lock()
 	ch, ok := w.m[id]
 	delete(w.m, id)
+	w.n.Store(int64(len(w.m)))
 	w.mu.Unlock()
 	if ok {
 		ch <- o
@@ -52,8 +60,12 @@ func (w *waitRegistry) trigger(id uint64, o Outcome) bool {
 func (w *waitRegistry) cancel(id uint64) {
 	w.mu.Lock()
 	delete(w.m, id)
+	w.n.Store(int64(len(w.m)))
 	w.mu.Unlock()
 }
+
+// size is len without the lock, for the bound checked on every proposal.
+func (w *waitRegistry) size() int { return int(w.n.Load()) }
 
 func (w *waitRegistry) len() int {
 	w.mu.Lock()
@@ -66,6 +78,7 @@ func (w *waitRegistry) failAll(err error) {
 	w.mu.Lock()
 	m := w.m
 	w.m = make(map[uint64]chan Outcome)
+	w.n.Store(0)
 	w.mu.Unlock()
 	for _, ch := range m {
 		ch <- Outcome{Err: err}
