@@ -65,7 +65,20 @@ func TestLeaderSeesLiveFollowersAtEveryTick(t *testing.T) {
 	defer net.Close()
 	reps, lead := startTrio(t, net, nil)
 	leader := reps[lead]
-	require.Eventually(t, func() bool { return len(leader.Progress()) == 3 }, 10*time.Second, time.Millisecond)
+	// From the first tick at which both followers have answered the new
+	// leader: before that, raft rightly knows nothing of them.
+	require.Eventually(t, func() bool {
+		p := leader.Progress()
+		if len(p) != 3 {
+			return false
+		}
+		for _, pr := range p {
+			if !pr.Active {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond)
 
 	// Every progress the leader publishes (one per tick) over a hundred
 	// ticks, so three CheckQuorum resets: none may show a live follower as
