@@ -50,13 +50,17 @@ func (e *echoSM) AppliedIndex() uint64                 { return e.applied.Load()
 func (e *echoSM) Sync() (uint64, error)                { return e.applied.Load(), nil }
 func (e *echoSM) InstallSnapshot([]byte, uint64) error { return errors.New("not used") }
 
-// startSolo starts a single-member replica over a slow in-memory disk.
-func startSolo(t *testing.T, delay time.Duration) *Replica {
+// startSolo starts a single-member replica over a slow in-memory disk;
+// each tweak changes its configuration first.
+func startSolo(t *testing.T, delay time.Duration, tweaks ...func(*Config)) *Replica {
 	t.Helper()
 	l, err := raftlog.Open("raft", nil, raftlog.Options{FS: vfs.NewMem()})
 	require.NoError(t, err)
-	r, err := Start(Config{ID: 1, Peers: []NodeID{1}, TickInterval: 10 * time.Millisecond},
-		slowDisk{Log: l, delay: delay}, &echoSM{}, nil, slog.New(slog.DiscardHandler))
+	cfg := Config{ID: 1, Peers: []NodeID{1}, TickInterval: 10 * time.Millisecond}
+	for _, tweak := range tweaks {
+		tweak(&cfg)
+	}
+	r, err := Start(cfg, slowDisk{Log: l, delay: delay}, &echoSM{}, nil, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		r.Stop()

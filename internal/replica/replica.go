@@ -1010,7 +1010,7 @@ func (r *Replica) publishStatus() {
 		Commit:        st.GetCommit(),
 		Applied:       r.sm.AppliedIndex(),
 		LeaderChanges: r.leaderChanges,
-		Pending:       r.waits.len(),
+		Pending:       r.waits.size(),
 		// A removal replayed while catching up (applied behind commit) may
 		// be followed by this member's re-addition: only a caught-up
 		// member that is still removed has really left.

@@ -64,14 +64,9 @@ func (w *waitRegistry) cancel(id uint64) {
 	w.mu.Unlock()
 }
 
-// size is len without the lock, for the bound checked on every proposal.
+// size is how many waiters are registered, read without the lock: it is
+// checked on every proposal.
 func (w *waitRegistry) size() int { return int(w.n.Load()) }
-
-func (w *waitRegistry) len() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.m)
-}
 
 // failAll ends every waiter with err (node stopping).
 func (w *waitRegistry) failAll(err error) {
