@@ -6,7 +6,7 @@ import (
 	"math/bits"
 	"sync/atomic"
 
-	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/v2"
 )
 
 // keyFilter says, without touching Pebble, that a key is certainly not in

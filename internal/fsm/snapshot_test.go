@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -183,4 +184,41 @@ func TestOpenRecoversAnInterruptedInstall(t *testing.T) {
 		_, err := os.Stat(dir + replacedSuffix)
 		require.True(t, os.IsNotExist(err))
 	})
+}
+
+// Values kept in blob files (blobMinSize and up) travel in the checkpoint:
+// its files are flat and regular, which is what the transport streams, and
+// the follower reads every value back.
+func TestCheckpointCarriesBlobFiles(t *testing.T) {
+	root := t.TempDir()
+	leader := openTest(t, filepath.Join(root, "leader", "state"))
+	defer leader.Close()
+	big := strings.Repeat("b", 2*blobMinSize)
+	next := setKeys(t, leader, 1, 0, 50, big)
+	require.NoError(t, leader.db.Flush()) // blob files are written by flushes
+	setKeys(t, leader, next, 50, 60, big)
+	ck := filepath.Join(root, "follower", "snap-incoming", "1")
+	applied, err := leader.Checkpoint(ck)
+	require.NoError(t, err)
+
+	ents, err := os.ReadDir(ck)
+	require.NoError(t, err)
+	blobs := 0
+	for _, e := range ents {
+		require.True(t, e.Type().IsRegular(), "checkpoint holds %s, not a regular file", e.Name())
+		if strings.HasSuffix(e.Name(), ".blob") {
+			blobs++
+		}
+	}
+	require.NotZero(t, blobs, "no blob file in the checkpoint: values were not separated")
+
+	follower := openTest(t, filepath.Join(root, "follower", "state"))
+	defer follower.Close()
+	require.NoError(t, follower.InstallSnapshot(ck, applied))
+	for i := range 60 {
+		it, ok, err := follower.Get([]byte(fmt.Sprintf("key-%d", i)), t0)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, fmt.Sprintf("%s-%d", big, i), string(it.Value))
+	}
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvd-project/kvd/internal/command"
@@ -75,7 +75,7 @@ func (s *stack) close() {
 func TestAcknowledgedWritesSurvivePowerLoss(t *testing.T) {
 	for round := 0; round < 3; round++ {
 		t.Run(fmt.Sprintf("round%d", round), func(t *testing.T) {
-			fs := vfs.NewStrictMem()
+			fs := vfs.NewCrashableMem()
 			s := openStack(t, fs)
 
 			var cut atomic.Bool
@@ -117,13 +117,12 @@ func TestAcknowledgedWritesSurvivePowerLoss(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 			cut.Store(true)
-			fs.SetIgnoreSyncs(true)
+			// The disk as the power cut leaves it: what was fsynced by now.
+			after := fs.CrashClone(vfs.CrashCloneCfg{})
 			wg.Wait()
 			s.close()
-			fs.ResetToSyncedState()
-			fs.SetIgnoreSyncs(false)
 
-			s = openStack(t, fs)
+			s = openStack(t, after)
 			defer s.close()
 			require.NotEmpty(t, acked, "no write was acknowledged before the cut")
 			for key, val := range acked {

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/vfs"
-	"github.com/cockroachdb/pebble/vfs/errorfs"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvd-project/kvd/internal/command"
@@ -73,9 +73,9 @@ func TestDiskFullStopsTheNodeAndLosesNothing(t *testing.T) {
 // 1 with the node's error.
 func fillDiskUnderNode(t *testing.T, dir string) {
 	var full atomic.Bool
-	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
-		if full.Load() && op.OpKind() == errorfs.OpKindWrite && strings.HasPrefix(path, dir) {
-			return &os.PathError{Op: "write", Path: path, Err: syscall.ENOSPC}
+	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if full.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite && strings.HasPrefix(op.Path, dir) {
+			return &os.PathError{Op: "write", Path: op.Path, Err: syscall.ENOSPC}
 		}
 		return nil
 	}))

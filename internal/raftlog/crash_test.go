@@ -3,19 +3,19 @@ package raftlog
 import (
 	"testing"
 
-	"github.com/cockroachdb/pebble"
-	"github.com/cockroachdb/pebble/vfs"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 )
 
-// crash simulates a power loss on a strict in-memory filesystem: everything
-// not fsynced is lost. l is unusable afterwards.
-func crash(t *testing.T, fs *vfs.MemFS, l *Log) {
+// crash simulates a power loss on a crashable in-memory filesystem: it
+// returns what the disk holds after it, which is everything fsynced and
+// nothing else. l is closed and unusable afterwards.
+func crash(t *testing.T, fs *vfs.MemFS, l *Log) *vfs.MemFS {
 	t.Helper()
-	fs.SetIgnoreSyncs(true) // nothing from here on reaches "disk"
+	after := fs.CrashClone(vfs.CrashCloneCfg{})
 	require.NoError(t, l.Close())
-	fs.ResetToSyncedState()
-	fs.SetIgnoreSyncs(false)
+	return after
 }
 
 // Everything a writer returned for survives a crash.
@@ -54,7 +54,7 @@ func TestWritesSurviveCrash(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := vfs.NewStrictMem()
+			fs := vfs.NewCrashableMem()
 			// The data dir does not exist yet: Open must also make the
 			// directory entries durable.
 			const dir = "/data/kvd/raft"
@@ -68,7 +68,7 @@ func TestWritesSurviveCrash(t *testing.T) {
 			// be lost in the crash.
 			require.NoError(t, l.db.Set([]byte("x-unsynced"), []byte("lost"), pebble.NoSync))
 
-			crash(t, fs, l)
+			opts.FS = crash(t, fs, l)
 
 			l, err = Open(dir, nil, opts)
 			require.NoError(t, err)
@@ -87,7 +87,7 @@ func TestWritesSurviveCrash(t *testing.T) {
 // next synced Save makes the earlier commit durable too (Pebble's WAL is
 // written in order).
 func TestCommitOnlyHardStateIsNotSynced(t *testing.T) {
-	fs := vfs.NewStrictMem()
+	fs := vfs.NewCrashableMem()
 	const dir = "/data/raft"
 	opts := Options{FS: fs}
 	l, err := Open(dir, nil, opts)
@@ -100,7 +100,8 @@ func TestCommitOnlyHardStateIsNotSynced(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(8), hs.GetCommit(), "the unsynced commit is visible before a crash")
 
-	crash(t, fs, l)
+	fs = crash(t, fs, l)
+	opts.FS = fs
 	l, err = Open(dir, nil, opts)
 	require.NoError(t, err)
 	hs, _, err = l.InitialState()
@@ -113,7 +114,7 @@ func TestCommitOnlyHardStateIsNotSynced(t *testing.T) {
 	// Commit moves unsynced, then entries arrive: that fsync covers both.
 	require.NoError(t, l.Save(hardState(2, 1, 9), nil))
 	require.NoError(t, l.Save(nil, entries(11, 12, 2)))
-	crash(t, fs, l)
+	opts.FS = crash(t, fs, l)
 	l, err = Open(dir, nil, opts)
 	require.NoError(t, err)
 	defer l.Close()

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cockroachdb/pebble/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Options tunes a Log. The zero value means "all defaults": every zero field
@@ -40,7 +40,7 @@ type Options struct {
 	ObserveSync func(time.Duration)
 
 	// FS is the filesystem Pebble runs on. For tests only (for example
-	// vfs.NewStrictMem to simulate a crash); nil means the real disk.
+	// vfs.NewCrashableMem to simulate a crash); nil means the real disk.
 	FS vfs.FS
 }
 
