@@ -80,7 +80,8 @@ func openStore(dir string, opts Options, logger *slog.Logger) (*pebble.DB, store
 //     the sstables (Pebble's value separation): a flush writes them once
 //     and compactions then move only keys and references. With 8 KiB
 //     values, compactions had taken over half of kvd's CPU; separated,
-//     8 KiB sets run about 40 % faster on the same box (bench/RESULTS.md).
+//     8 KiB sets run about 40 % faster on the same box
+//     (bench/RESULTS-core.md).
 //     Smaller values stay inline, where a get reads them with their key.
 func pebbleOptions(cache *pebble.Cache, opts Options, logger *slog.Logger) *pebble.Options {
 	po := &pebble.Options{
@@ -101,10 +102,11 @@ func pebbleOptions(cache *pebble.Cache, opts Options, logger *slog.Logger) *pebb
 		return pebble.ValueSeparationPolicy{
 			Enabled:     true,
 			MinimumSize: blobMinSize,
-			// Pebble's own suggestions: a compaction that would make one
-			// sstable refer to more blob files than this rewrites the values
-			// instead, and blob files are rewritten once a fifth of what they
-			// hold is garbage, but not before they are five minutes old.
+			// A compaction that would make one sstable refer to more than
+			// ten blob files rewrites the values instead (reads stay cheap);
+			// a blob file is rewritten once a fifth of what it holds is
+			// garbage (overwritten or deleted values), but not before it is
+			// five minutes old, so churn is not copied over and over.
 			MaxBlobReferenceDepth: 10,
 			TargetGarbageRatio:    0.2,
 			// Five minutes, in nanoseconds: fsm does not import package
