@@ -42,7 +42,7 @@ func upgradeV1Store(dir string, fs vfs.FS, logger *slog.Logger) error {
 	// that need old sstables rewritten run their compactions inside Open.
 	db, err := pebblev1.Open(dir, &pebblev1.Options{
 		FormatMajorVersion: v1UpgradeTarget,
-		Logger:             quietLoggerV1{quietLogger{logger}},
+		Logger:             quietLogger{logger}, // has what v1's Logger asks for
 	})
 	if err != nil {
 		return fmt.Errorf("upgrade state store format: %w", err)
@@ -52,8 +52,3 @@ func upgradeV1Store(dir string, fs vfs.FS, logger *slog.Logger) error {
 	}
 	return nil
 }
-
-// quietLoggerV1 is quietLogger for Pebble v1, whose Logger has no Errorf.
-type quietLoggerV1 struct{ quietLogger }
-
-var _ pebblev1.Logger = quietLoggerV1{}
