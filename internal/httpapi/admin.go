@@ -62,9 +62,9 @@ const maxAdminBody = 64 << 10
 const forwardedHeader = "X-Kvd-Forwarded-By"
 
 func (a *api) adminRoutes() {
-	a.routes["/v1/cluster/members"] = route{"cluster_members", "GET POST", a.members}
-	a.routes["/v1/cluster/transfer-leader"] = route{"cluster_transfer_leader", "POST", a.transferLeader}
-	a.routes["/v1/cluster/digest"] = route{"cluster_digest", "GET", a.digest}
+	a.routes["/v1/cluster/members"] = route{name: "cluster_members", methods: "GET POST", serve: a.members, noQuery: true}
+	a.routes["/v1/cluster/transfer-leader"] = route{name: "cluster_transfer_leader", methods: "POST", serve: a.transferLeader, noQuery: true}
+	a.routes["/v1/cluster/digest"] = route{name: "cluster_digest", methods: "GET", serve: a.digest, noQuery: true}
 }
 
 // ClusterDigest is the body of GET /v1/cluster/digest.
@@ -121,8 +121,13 @@ func (a *api) removeMember(w http.ResponseWriter, r *http.Request, escaped strin
 		writeError(w, http.StatusBadRequest, "bad_request", "bad member name in path")
 		return
 	}
+	q, e := parseQuery(r, "force")
+	if e != nil {
+		reject(w, e)
+		return
+	}
 	force := false
-	switch v := r.URL.Query().Get("force"); v {
+	switch v := q.Get("force"); v {
 	case "", "false", "0":
 	case "true", "1":
 		force = true

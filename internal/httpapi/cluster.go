@@ -110,10 +110,6 @@ func (a *api) clusterStatus() ClusterStatus {
 	return cs
 }
 
-func (a *api) cluster(w http.ResponseWriter, r *http.Request) {
-	if _, e := parseQuery(r); e != nil {
-		reject(w, e)
-		return
-	}
+func (a *api) cluster(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, a.clusterStatus())
 }

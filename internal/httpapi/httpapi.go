@@ -11,7 +11,11 @@
 // One class of bad input never reaches this package: a request line net/http
 // itself cannot parse (for example bad percent-encoding in the path) is
 // answered by net/http with a plain-text 400. Bad percent-encoding in the
-// query string does reach us and gets a JSON 400.
+// query string does reach us and gets a JSON 400, and so does a query
+// parameter an endpoint does not take. Two kinds of path take any query and
+// ignore what they do not know: /metrics, because Prometheus scrape configs
+// may add parameters of their own, and the console's pages and assets, which
+// browsers may load with cache-busting ones.
 package httpapi
 
 import (
@@ -103,25 +107,28 @@ type route struct {
 	name    string
 	methods string // space separated, for the Allow header
 	serve   func(http.ResponseWriter, *http.Request)
+	// noQuery: the endpoint takes no query parameters, and the router
+	// refuses a request with any. Endpoints that take some check their own.
+	noQuery bool
 }
 
 // New returns the HTTP handler of one node.
 func New(svc Service, logger *slog.Logger, opts Options) http.Handler {
 	a := &api{svc: svc, logger: logger, opts: opts}
 	a.routes = map[string]route{
-		"/healthz":    {"healthz", "GET", a.healthz},
-		"/readyz":     {"readyz", "GET", a.readyz},
-		"/v1/kv":      {metrics.RouteKVList, "GET", a.list},
-		"/v1/cluster": {"cluster", "GET", a.cluster},
-		"/v1/stats":   {"stats", "GET", a.stats},
+		"/healthz":    {name: "healthz", methods: "GET", serve: a.healthz, noQuery: true},
+		"/readyz":     {name: "readyz", methods: "GET", serve: a.readyz, noQuery: true},
+		"/v1/kv":      {name: metrics.RouteKVList, methods: "GET", serve: a.list},
+		"/v1/cluster": {name: "cluster", methods: "GET", serve: a.cluster, noQuery: true},
+		"/v1/stats":   {name: "stats", methods: "GET", serve: a.stats, noQuery: true},
 	}
 	if opts.Metrics != nil {
 		h := opts.Metrics.Handler()
-		a.routes["/metrics"] = route{"metrics", "GET", h.ServeHTTP}
+		a.routes["/metrics"] = route{name: "metrics", methods: "GET", serve: h.ServeHTTP}
 	}
 	a.adminRoutes()
 	for path, serve := range consoleRoutes() {
-		a.routes[path] = route{"console", "GET", serve}
+		a.routes[path] = route{name: "console", methods: "GET", serve: serve}
 	}
 	return a
 }
@@ -158,6 +165,12 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !allowed(rt.methods, r.Method) {
 		methodNotAllowed(rec, rt.methods)
 		return
+	}
+	if rt.noQuery {
+		if _, e := parseQuery(r); e != nil {
+			reject(rec, e)
+			return
+		}
 	}
 	rt.serve(rec, r)
 }

@@ -27,11 +27,7 @@ type StorageStats struct {
 	DiskBytes  uint64 `json:"disk_bytes"`
 }
 
-func (a *api) stats(w http.ResponseWriter, r *http.Request) {
-	if _, e := parseQuery(r); e != nil {
-		reject(w, e)
-		return
-	}
+func (a *api) stats(w http.ResponseWriter, _ *http.Request) {
 	fs := a.svc.StoreStats()
 	s := Stats{
 		TimeMs:  time.Now().UnixMilli(),

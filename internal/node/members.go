@@ -300,6 +300,10 @@ func (n *Node) TransferLeader(ctx context.Context, to string) (httpapi.MemberInf
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
 	defer cancel()
 	leader, err := n.rep.TransferLeadership(ctx, id)
+	if errors.Is(err, replica.ErrUnknownMember) && to != "" {
+		// The replica knows only the ID; the operator typed a name.
+		return httpapi.MemberInfo{}, fmt.Errorf("transfer leadership to %q: %w (or it is not a voter)", to, replica.ErrUnknownMember)
+	}
 	if err != nil {
 		return httpapi.MemberInfo{}, err
 	}
