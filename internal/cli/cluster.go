@@ -62,6 +62,11 @@ quorum is refused unless --force is given.`,
 			if len(c.endpoints) == 0 {
 				return errors.New("--endpoints: give at least one member's HTTP address")
 			}
+			if c.timeout <= 0 {
+				// A zero bound would expire every request before it is sent
+				// and read as "no member answered".
+				return fmt.Errorf("--timeout %v: must be positive", c.timeout)
+			}
 			return nil
 		},
 	}

@@ -50,6 +50,11 @@ names (e.g. "max-item-size: 2m").`,
 				}
 				cfg = fileCfg
 			}
+			// Validate before building the logger, so that a bad
+			// --log-level is reported with every other problem, not alone.
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
 			logger, err := newLogger(cfg.LogLevel)
 			if err != nil {
 				return err
