@@ -13,6 +13,9 @@ type Error struct {
 	Reply string
 	// Close tells the server to close the connection after writing Reply.
 	Close bool
+	// Raw, when set, is written as it is in place of Reply: a reply in
+	// memcached's binary protocol (see AppendBinaryNotSupported).
+	Raw []byte
 	// TooLarge marks a storage command whose value exceeded MaxItemSize.
 	// Next then also fills the Request's Command, Keys, Flags, Exptime, CAS
 	// and Noreply (not Data): memcached drops the stored item when a set is

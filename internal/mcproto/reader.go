@@ -92,6 +92,10 @@ const (
 //   - gat/gats lines get the multiget bound like get/gets (memcached grants
 //     it to get/gets only), and multiget lines are bounded by
 //     MaxMultigetLine (memcached's are unbounded).
+//   - A request in the binary protocol (first byte 0x80) is answered with
+//     that protocol's "not supported" response and the connection closes;
+//     memcached started without the binary protocol (-B ascii) reads it as
+//     the start of a text line and waits for the line's end.
 //   - All keys of a multiget are checked before any is looked up; memcached
 //     looks up (and for gat, touches) the keys before an over-long one, then
 //     discards those results and answers the same CLIENT_ERROR.
@@ -238,6 +242,9 @@ func (r *Reader) unexpected(err error) error {
 func (r *Reader) readLine() ([]byte, error) {
 	scanned := 0
 	for {
+		if scanned == 0 && r.end > r.pos && r.buf[r.pos] == BinaryRequestMagic {
+			return nil, r.binaryRequest()
+		}
 		if i := bytes.IndexByte(r.buf[r.pos+scanned:r.end], '\n'); i >= 0 {
 			n := scanned + i
 			line := r.buf[r.pos : r.pos+n]
@@ -262,6 +269,24 @@ func (r *Reader) readLine() ([]byte, error) {
 			return nil, err
 		}
 	}
+}
+
+// binaryRequest refuses a request in memcached's binary protocol, which no
+// text command can be mistaken for (none starts with the byte 0x80). A
+// binary client sends a header with no line end in it and waits: read as a
+// text line, it would wait for an answer until its own timeout. It gets the
+// binary "not supported" response instead, and the connection closes,
+// because without parsing the header its body cannot be skipped.
+func (r *Reader) binaryRequest() error {
+	for r.end-r.pos < BinaryHeaderLen {
+		if err := r.fill(); err != nil {
+			r.closed = closeError("binary-protocol request cut short")
+			return r.closed
+		}
+	}
+	hdr := r.buf[r.pos : r.pos+BinaryHeaderLen]
+	r.closed = &Error{Raw: AppendBinaryNotSupported(nil, hdr), Close: true, reason: "binary-protocol request"}
+	return r.closed
 }
 
 // checkLong decides about a line (or its beginning b, when complete is

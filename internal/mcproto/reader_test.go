@@ -2,6 +2,7 @@ package mcproto
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -586,4 +587,51 @@ func TestMultigetPrefix(t *testing.T) {
 	} {
 		assert.Equal(t, want, multigetPrefix([]byte(in)), "%q", in)
 	}
+}
+
+// A binary-protocol request gets that protocol's "not supported" answer,
+// echoing its opcode and opaque, and the connection closes; a header cut
+// short closes without a word; a text request is never taken for one, even
+// with a value that starts with the binary magic byte.
+func TestBinaryRequestIsRefused(t *testing.T) {
+	hdr := []byte{0x80, 0x00, 0x00, 0x03, 0, 0, 0, 0, 0, 0, 0, 3, 0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0, 0, 0, 0, 0}
+	for _, tc := range []struct {
+		name string
+		rd   io.Reader
+	}{
+		{"whole", bytes.NewReader(append(append([]byte(nil), hdr...), "foo"...))},
+		{"header split across reads", iotest.OneByteReader(bytes.NewReader(hdr))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var req Request
+			err := NewReader(tc.rd, Limits{}).Next(&req)
+			var pe *Error
+			require.ErrorAs(t, err, &pe)
+			require.True(t, pe.Close)
+			raw := pe.Raw
+			require.GreaterOrEqual(t, len(raw), BinaryHeaderLen)
+			assert.Equal(t, byte(0x81), raw[0], "response magic")
+			assert.Equal(t, hdr[1], raw[1], "opcode echoed")
+			assert.Equal(t, uint16(0x0083), binary.BigEndian.Uint16(raw[6:8]), "status: not supported")
+			assert.Equal(t, hdr[12:16], raw[12:16], "opaque echoed")
+			body := raw[BinaryHeaderLen:]
+			assert.Equal(t, uint32(len(body)), binary.BigEndian.Uint32(raw[8:12]), "total body length")
+			assert.Contains(t, string(body), "text protocol")
+		})
+	}
+
+	var req Request
+	err := NewReader(bytes.NewReader(hdr[:10]), Limits{}).Next(&req)
+	var pe *Error
+	require.ErrorAs(t, err, &pe)
+	assert.True(t, pe.Close)
+	assert.Nil(t, pe.Raw)
+	assert.Empty(t, pe.Reply)
+
+	pr := NewReader(strings.NewReader("set a 0 0 2\r\n\x80\x00\r\nget a\r\n"), Limits{})
+	require.NoError(t, pr.Next(&req))
+	assert.Equal(t, CmdSet, req.Command)
+	assert.Equal(t, []byte{0x80, 0x00}, req.Data)
+	require.NoError(t, pr.Next(&req))
+	assert.Equal(t, CmdGet, req.Command)
 }

@@ -1,6 +1,9 @@
 package mcproto
 
-import "strconv"
+import (
+	"encoding/binary"
+	"strconv"
+)
 
 // Fixed reply lines, "\r\n" included, for append(dst, ReplyStored...).
 const (
@@ -120,4 +123,32 @@ func appendOneLine(dst []byte, s string) []byte {
 		dst = append(dst, c)
 	}
 	return dst
+}
+
+// The binary protocol's framing, as much of it as kvd needs to refuse it: a
+// request starts with BinaryRequestMagic and a 24-byte header whose second
+// byte is the opcode and whose bytes 12 to 15 are an opaque value the
+// response echoes.
+const (
+	BinaryRequestMagic  = 0x80
+	binaryResponseMagic = 0x81
+	BinaryHeaderLen     = 24
+	// binaryNotSupported is the protocol's status "not supported".
+	binaryNotSupported    = 0x0083
+	binaryNotSupportedMsg = "binary protocol not supported by kvd: use the text protocol"
+)
+
+// AppendBinaryNotSupported appends the binary-protocol response refusing the
+// request whose header is hdr (at least BinaryHeaderLen bytes): status "not
+// supported", the request's opcode and opaque, and a short explanation as
+// the value, so that a binary client fails at once with a reason.
+func AppendBinaryNotSupported(dst, hdr []byte) []byte {
+	var h [BinaryHeaderLen]byte
+	h[0] = binaryResponseMagic
+	h[1] = hdr[1]
+	binary.BigEndian.PutUint16(h[6:8], binaryNotSupported)
+	binary.BigEndian.PutUint32(h[8:12], uint32(len(binaryNotSupportedMsg)))
+	copy(h[12:16], hdr[12:16])
+	dst = append(dst, h[:]...)
+	return append(dst, binaryNotSupportedMsg...)
 }

@@ -188,7 +188,10 @@ func (c *conn) readLoop() {
 			// not reliable: such requests count as "unknown".
 			st.count(0, replyResult(perr.Reply), 1)
 			var buf []byte
-			if perr.Reply != "" {
+			switch {
+			case perr.Raw != nil:
+				buf = perr.Raw
+			case perr.Reply != "":
 				buf = mcproto.AppendLine(nil, perr.Reply)
 			}
 			c.send(&reply{buf: buf, close: perr.Close})

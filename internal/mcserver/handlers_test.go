@@ -1,12 +1,16 @@
 package mcserver_test
 
 import (
+	"io"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvd-project/kvd/internal/config"
+	"github.com/kvd-project/kvd/internal/mcproto"
 )
 
 // TestGatRefusedMidwayGivesBackItsPlaces: a gat of more keys than the node
@@ -32,4 +36,29 @@ func TestGatRefusedMidwayGivesBackItsPlaces(t *testing.T) {
 	for i := range 8 {
 		require.Equal(t, []string{"STORED"}, c.do("set after"+strings.Repeat("x", i)+" 0 0 1\r\ny\r\n", "STORED"), "set %d after the gats", i)
 	}
+}
+
+// A client speaking the binary protocol gets that protocol's "not supported"
+// response at once and the connection closes, instead of waiting for its
+// timeout; the server keeps serving text clients.
+func TestBinaryClientIsRefusedAtOnce(t *testing.T) {
+	n := startNode(t)
+	nc, err := net.Dial("tcp", n.MemcacheAddr())
+	require.NoError(t, err)
+	defer nc.Close()
+	// A binary GET of "foo": magic, opcode 0x00, key length 3, opaque 7.
+	req := []byte{0x80, 0x00, 0x00, 0x03, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0, 'f', 'o', 'o'}
+	_, err = nc.Write(req)
+	require.NoError(t, err)
+	// The deadline only bounds a failure; a correct server answers at once.
+	require.NoError(t, nc.SetReadDeadline(time.Now().Add(10*time.Second)))
+	reply, err := io.ReadAll(nc)
+	require.NoError(t, err, "the server closes after its answer")
+	require.GreaterOrEqual(t, len(reply), mcproto.BinaryHeaderLen, "reply %q", reply)
+	require.Equal(t, byte(0x81), reply[0])
+	require.Equal(t, []byte{0x00, 0x83}, reply[6:8], "status: not supported")
+	require.Equal(t, []byte{0, 0, 0, 7}, reply[12:16], "opaque echoed")
+
+	c := dial(t, n.MemcacheAddr())
+	require.Equal(t, []string{"STORED"}, c.do("set k 0 0 1\r\nv\r\n", "STORED"))
 }
