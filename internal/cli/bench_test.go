@@ -3,7 +3,6 @@ package cli
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -18,11 +17,7 @@ import (
 
 func runBenchArgs(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
-	var out, errOut bytes.Buffer
-	root := NewRoot(&out, &errOut)
-	root.SetArgs(append([]string{"bench"}, args...))
-	err := root.ExecuteContext(context.Background())
-	return out.String(), errOut.String(), err
+	return runArgs(t, append([]string{"bench"}, args...)...)
 }
 
 func TestBenchBadFlagsNameTheFlag(t *testing.T) {

@@ -9,18 +9,21 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func runArgs(t *testing.T, args ...string) error {
+// runArgs runs the root command with args and returns its stdout, its
+// stderr and its error.
+func runArgs(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	root := NewRoot(&out, &errOut)
 	root.SetArgs(args)
-	return root.ExecuteContext(context.Background())
+	err := root.ExecuteContext(context.Background())
+	return out.String(), errOut.String(), err
 }
 
 // A bad --log-level is reported with every other problem of the
 // configuration, before anything starts.
 func TestServeReportsEveryConfigProblemAtOnce(t *testing.T) {
-	err := runArgs(t, "serve", "--data-dir", t.TempDir(), "--log-level", "loud", "--max-connections", "0",
+	_, _, err := runArgs(t, "serve", "--data-dir", t.TempDir(), "--log-level", "loud", "--max-connections", "0",
 		"--memcache-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--peer-addr", "127.0.0.1:0")
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "log-level")
@@ -31,7 +34,7 @@ func TestServeReportsEveryConfigProblemAtOnce(t *testing.T) {
 // before it is sent, naming the flag, before dialling anyone.
 func TestClusterRefusesANonPositiveTimeout(t *testing.T) {
 	for _, timeout := range []string{"0s", "-1s"} {
-		err := runArgs(t, "cluster", "status", "--endpoints", "http://127.0.0.1:1", "--timeout", timeout)
+		_, _, err := runArgs(t, "cluster", "status", "--endpoints", "http://127.0.0.1:1", "--timeout", timeout)
 		require.Error(t, err)
 		require.True(t, strings.HasPrefix(err.Error(), "--timeout"), "%s: %v", timeout, err)
 	}

@@ -258,6 +258,16 @@ func TestBadInput(t *testing.T) {
 		{"list after too long", "GET", "/v1/kv?after=" + strings.Repeat("k", 251), nil, nil, 400, "bad_key"},
 		{"list unknown parameter", "GET", "/v1/kv?pefix=a", nil, nil, 400, "bad_request"},
 		{"cluster parameter", "GET", "/v1/cluster?verbose=1", nil, nil, 400, "bad_request"},
+		{"healthz parameter", "GET", "/healthz?verbose=1", nil, nil, 400, "bad_request"},
+		{"healthz bad query encoding", "GET", "/healthz?%zz", nil, nil, 400, "bad_request"},
+		{"readyz parameter", "GET", "/readyz?verbose=1", nil, nil, 400, "bad_request"},
+		{"stats parameter", "GET", "/v1/stats?x=1", nil, nil, 400, "bad_request"},
+		{"members parameter", "GET", "/v1/cluster/members?x=1", nil, nil, 400, "bad_request"},
+		{"digest parameter", "GET", "/v1/cluster/digest?x=1", nil, nil, 400, "bad_request"},
+		// The body alone would be a 404 (no such member): the 400 is the query's.
+		{"parameter on transfer-leader", "POST", "/v1/cluster/transfer-leader?to=n1", strings.NewReader(`{"to":"nobody"}`), []string{"Content-Type", "application/json"}, 400, "bad_request"},
+		{"misspelt force", "DELETE", "/v1/cluster/members/nobody?forse=true", nil, nil, 400, "bad_request"},
+		{"repeated force", "DELETE", "/v1/cluster/members/nobody?force=true&force=false", nil, nil, 400, "bad_request"},
 		{"value too large", "PUT", "/v1/kv/k", strings.NewReader(big), nil, 413, "too_large"},
 		// An io.Reader of unknown length is sent chunked: MaxBytesReader catches it.
 		{"chunked value too large", "PUT", "/v1/kv/k", io.MultiReader(strings.NewReader(big)), nil, 413, "too_large"},
@@ -356,6 +366,13 @@ func TestClusterAndHealth(t *testing.T) {
 	require.Equal(t, "n1", st.Name)
 	require.NotNil(t, st.Totals)
 	require.Positive(t, st.TimeMs)
+
+	// These take any query (scrapers and browsers add their own); the
+	// endpoints that take none are in TestBadInput.
+	for _, path := range []string{"/metrics?name=kvd_raft_term", "/?v=2"} {
+		r = c.get(path)
+		require.Equal(t, http.StatusOK, r.status, "%s: %s", path, r.body)
+	}
 }
 
 func TestConsoleAssets(t *testing.T) {
