@@ -242,7 +242,7 @@ func (r *Reader) unexpected(err error) error {
 func (r *Reader) readLine() ([]byte, error) {
 	scanned := 0
 	for {
-		if scanned == 0 && r.end > r.pos && r.buf[r.pos] == BinaryRequestMagic {
+		if scanned == 0 && r.end > r.pos && r.buf[r.pos] == binaryRequestMagic {
 			return nil, r.binaryRequest()
 		}
 		if i := bytes.IndexByte(r.buf[r.pos+scanned:r.end], '\n'); i >= 0 {

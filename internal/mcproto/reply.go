@@ -126,11 +126,11 @@ func appendOneLine(dst []byte, s string) []byte {
 }
 
 // The binary protocol's framing, as much of it as kvd needs to refuse it: a
-// request starts with BinaryRequestMagic and a 24-byte header whose second
+// request starts with binaryRequestMagic and a 24-byte header whose second
 // byte is the opcode and whose bytes 12 to 15 are an opaque value the
 // response echoes.
 const (
-	BinaryRequestMagic  = 0x80
+	binaryRequestMagic  = 0x80
 	binaryResponseMagic = 0x81
 	BinaryHeaderLen     = 24
 	// binaryNotSupported is the protocol's status "not supported".
