@@ -83,6 +83,12 @@ func openStore(dir string, opts Options, logger *slog.Logger) (*pebble.DB, store
 //     8 KiB sets run about 40 % faster on the same box
 //     (bench/RESULTS-core.md).
 //     Smaller values stay inline, where a get reads them with their key.
+//   - 64 KiB blocks in L0, where flushes write their blob files (Pebble
+//     sizes a blob file's blocks by its output level). With the default
+//     4 KiB every 8 KiB value became a block of its own and cost two
+//     write syscalls; a profile of 8 KiB sets spent 27 % of kvd's CPU
+//     there, and 7 % with 64 KiB blocks (bench/RESULTS-core.md). Deeper
+//     levels, where reads find most keys, keep small blocks.
 func pebbleOptions(cache *pebble.Cache, opts Options, logger *slog.Logger) *pebble.Options {
 	po := &pebble.Options{
 		Cache:        cache,
@@ -97,6 +103,7 @@ func pebbleOptions(cache *pebble.Cache, opts Options, logger *slog.Logger) *pebb
 		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 		po.Levels[i].FilterType = pebble.TableFilter
 	}
+	po.Levels[0].BlockSize = 64 << 10
 	po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
 	po.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy {
 		return pebble.ValueSeparationPolicy{
