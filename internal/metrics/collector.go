@@ -22,7 +22,7 @@ type nodeCollector struct {
 	leaseReads                                                                *prometheus.Desc
 	syncedEntries, syncedBatches, gatherHolds                                 *prometheus.Desc
 	// raft log
-	fsync, firstIndex, lastIndex, diskReads, tailEntries, tailBytes *prometheus.Desc
+	fsync, firstIndex, lastIndex, diskReads, tailEntries, tailBytes, segments *prometheus.Desc
 	// fsm and storage
 	fsmApplied, diskUsage, items, valueBytes *prometheus.Desc
 	compactionDebt, cacheHits, cacheMisses   *prometheus.Desc
@@ -65,14 +65,15 @@ func newNodeCollector(src Sources, requests *requestCounts) *nodeCollector {
 		diskReads:   desc("raft", "log_entry_disk_reads_total", "Raft log entries read from disk because the in-memory tail cache did not hold them."),
 		tailEntries: desc("raft", "log_tail_cache_entries", "Entries in the raft log's in-memory tail cache."),
 		tailBytes:   desc("raft", "log_tail_cache_bytes", "Encoded bytes in the raft log's in-memory tail cache."),
+		segments:    desc("raft", "log_segments", "Segment files holding the raft log (spares kept for reuse not counted)."),
 
 		fsmApplied:       desc("fsm", "applied_index", "Last log index applied to the state store (visible to reads)."),
-		diskUsage:        desc("storage", "disk_usage_bytes", "On-disk footprint of each Pebble store (state: the data; raft: the log).", "store"),
+		diskUsage:        desc("storage", "disk_usage_bytes", "On-disk footprint of each store (state: the data, in Pebble; raft: the log's segment files, spares included).", "store"),
 		items:            desc("storage", "items", "Items in the state store, including expired items the leader has not swept yet."),
 		valueBytes:       desc("storage", "value_bytes", "Sum of the value sizes of the items in the state store."),
-		compactionDebt:   desc("storage", "compaction_debt_bytes", "Pebble's estimate of the bytes its compactions are behind, per store (state, raft).", "store"),
-		cacheHits:        desc("storage", "block_cache_hits_total", "Pebble block cache hits per store; the hit rate is hits / (hits + misses).", "store"),
-		cacheMisses:      desc("storage", "block_cache_misses_total", "Pebble block cache misses per store.", "store"),
+		compactionDebt:   desc("storage", "compaction_debt_bytes", "Pebble's estimate of the bytes its compactions are behind (store=state: the raft log is not kept in Pebble).", "store"),
+		cacheHits:        desc("storage", "block_cache_hits_total", "Pebble block cache hits (store=state); the hit rate is hits / (hits + misses).", "store"),
+		cacheMisses:      desc("storage", "block_cache_misses_total", "Pebble block cache misses (store=state).", "store"),
 		itemCacheLookups: desc("storage", "item_cache_lookups_total", "Item cache lookups by reads and writes, by result (hit: answered without Pebble).", "result"),
 		itemCacheBytes:   desc("storage", "item_cache_bytes", "Bytes held by the item cache in front of the state store (--item-cache-size)."),
 		keyFilterSkips:   desc("storage", "key_filter_skips_total", "Reads of the state store (gets, and the old item a write replaces) that the in-memory key filter answered absent without Pebble."),
@@ -99,7 +100,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.hasLeader, c.isLeader, c.ready, c.term, c.commit, c.applied, c.leaderChanges, c.pending, c.members, c.role,
 		c.proposalsApplied, c.proposalsFailed, c.leaseReads, c.syncedEntries, c.syncedBatches, c.gatherHolds,
-		c.fsync, c.firstIndex, c.lastIndex, c.diskReads, c.tailEntries, c.tailBytes,
+		c.fsync, c.firstIndex, c.lastIndex, c.diskReads, c.tailEntries, c.tailBytes, c.segments,
 		c.fsmApplied, c.diskUsage, c.items, c.valueBytes, c.compactionDebt, c.cacheHits, c.cacheMisses,
 		c.itemCacheLookups, c.itemCacheBytes, c.keyFilterSkips, c.keyFilterBytes,
 		c.conns, c.connsTotal, c.connsRejected, c.commands, c.commandDuration, c.readBytes, c.writtenBytes, c.serverErrors, c.stored,
@@ -176,9 +177,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.tailEntries, float64(ls.TailCacheEntries))
 		gauge(c.tailBytes, float64(ls.TailCacheBytes))
 		gauge(c.diskUsage, float64(ls.DiskBytes), "raft")
-		gauge(c.compactionDebt, float64(ls.CompactionDebt), "raft")
-		counter(c.cacheHits, float64(ls.BlockCacheHits), "raft")
-		counter(c.cacheMisses, float64(ls.BlockCacheMisses), "raft")
+		gauge(c.segments, float64(ls.Segments))
 	}
 
 	if m := c.src.Memcache; m != nil {

@@ -230,12 +230,11 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	require.Equal(t, 25.0, value(t, after, "kvd_storage_value_bytes"))
 	require.Positive(t, value(t, after, "kvd_storage_disk_usage_bytes", "store", "state"))
 	require.Positive(t, value(t, after, "kvd_storage_disk_usage_bytes", "store", "raft"))
-	for _, store := range []string{"state", "raft"} {
-		// Present per store; the values depend on Pebble's caching and flushes.
-		require.GreaterOrEqual(t, value(t, after, "kvd_storage_compaction_debt_bytes", "store", store), 0.0)
-		require.GreaterOrEqual(t, value(t, after, "kvd_storage_block_cache_hits_total", "store", store)+
-			value(t, after, "kvd_storage_block_cache_misses_total", "store", store), 0.0)
-	}
+	// Present; the values depend on Pebble's caching and flushes.
+	require.GreaterOrEqual(t, value(t, after, "kvd_storage_compaction_debt_bytes", "store", "state"), 0.0)
+	require.GreaterOrEqual(t, value(t, after, "kvd_storage_block_cache_hits_total", "store", "state")+
+		value(t, after, "kvd_storage_block_cache_misses_total", "store", "state"), 0.0)
+	require.GreaterOrEqual(t, value(t, after, "kvd_raft_log_segments"), 1.0)
 
 	// Runtime and process collectors, and build info.
 	require.Positive(t, value(t, after, "go_goroutines"))

@@ -1,8 +1,8 @@
 // Package raftlog owns kvd's durable Raft log: the entries, the HardState
 // (term, vote, commit) and the compaction point (index, term and ConfState of
 // the last entry discarded by log truncation or replaced by a snapshot). It
-// implements raft.Storage on a Pebble instance of its own, <data-dir>/raft,
-// separate from the state machine's store.
+// implements raft.Storage on segment files of its own in <data-dir>/raft,
+// apart from the state machine's Pebble store.
 //
 // # Who calls it
 //
@@ -13,24 +13,55 @@
 //
 // # Durability contract
 //
-// Every writer commits one Pebble batch with pebble.Sync: when Save,
-// Compact, ApplySnapshot or Bootstrap returns nil, the change is in the
-// fsynced write-ahead log and survives a crash or power loss. When a writer
-// returns an error nothing is known about the batch, and the in-memory view
-// is left as it was before the call; the caller must treat the error as fatal
-// to the process (DESIGN decision 1) and reopen the log after restart.
+// Every writer appends its records to the last segment in one write and
+// fsyncs it (Save skips the fsync for a HardState that moves only the commit
+// index): when Save, Compact, ApplySnapshot or Bootstrap returns nil, the
+// change survives a crash or power loss. When a writer returns an error
+// nothing is known about what reached the disk; the caller must treat the
+// error as fatal to the process (DESIGN decision 1) and reopen the log after
+// restart.
 //
-// # On-disk layout (format version 1)
+// # On-disk layout (format version 2)
 //
-//	"v"                    format version (one byte, 1)
-//	"h"                    HardState, proto-encoded
-//	"c"                    compaction point: SnapshotMetadata{Index, Term, ConfState}, proto-encoded
-//	"e" + uint64 BE index  Entry, proto-encoded (big-endian so keys sort in index order)
+// The log is a sequence of segment files, wal-<16 hex digits>.seg, numbered
+// consecutively. Each is a sequence of records (segment.go):
 //
-// The log holds entries FirstIndex..LastIndex, contiguous, with FirstIndex ==
-// compaction index + 1; Term(FirstIndex-1) answers the compaction point's term
-// (raft's dummy-entry convention). Open checks this and reports any
-// violation as an error wrapping ErrCorrupt, never a panic.
+//	CRC-32C (4 bytes) | payload length (4 bytes) | type (1 byte) | payload
+//
+// Each record's CRC covers its length, type and payload and is chained from
+// the CRC of the record before it, starting from a seed derived from the
+// segment's number. A segment opens with a header record (format version,
+// segment number), then, unless the log is empty, the compaction point and
+// the HardState, so that it can be read without the segments before it.
+// Then come entries, HardStates, compaction points and snapshots, in the
+// order they were written, and a seal when the log moves on to the next
+// segment. Replaying them in order rebuilds the log: an entry at or below
+// the last index replaces the tail from there, a compaction point drops the
+// entries it covers, a snapshot drops them all.
+//
+// Segment files are preallocated to Options.SegmentBytes. Once the log is
+// compacted past every entry in the oldest segments they are retired, and
+// kept as spare-<number>.seg to be written over as new segments; a spare is
+// also prefilled with zeros in the background on a real disk. Writing over
+// allocated blocks within a file's length lets fdatasync skip the file
+// system's metadata: that, and no memtable, flush or compaction behind the
+// log, is why it is not kept in Pebble (bench/RESULTS-core.md).
+//
+// # Recovery
+//
+// Open replays every segment. A segment other than the last must end with a
+// seal; the last ends at its first record that is incomplete or fails its
+// checksum, which is where a crash left it (records after it were never
+// acknowledged: the fsync that would have covered them did not return).
+// Stale records in a recycled file fail the chained checksum. Open then
+// seals the last segment there and starts a new one, so that bytes a crash
+// tore are never read again. Entries must run contiguously from the
+// compaction index + 1 with non-decreasing terms, segment numbers must be
+// consecutive, and the HardState's commit may not exceed the last index;
+// anything else is reported as an error wrapping ErrCorrupt, never a panic.
+//
+// A log kept in Pebble by format version 1 is converted at Open
+// (convert.go).
 //
 // # Errors
 //

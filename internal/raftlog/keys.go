@@ -5,11 +5,21 @@ import (
 	"fmt"
 )
 
-// formatVersion is the on-disk layout written and understood by this package.
-const formatVersion byte = 1
+// formatVersion is the on-disk layout written and read by this package:
+// segment files (segment.go). Version 1 kept the log in Pebble, under the
+// keys below; Open converts such a log (convert.go).
+const formatVersion byte = 2
 
-// Key layout: see the package comment. The prefixes are part of the on-disk
-// format; never renumber them.
+// pebbleFormatVersion is the version a Pebble-kept log recorded under
+// keyFormat.
+const pebbleFormatVersion byte = 1
+
+// Key layout of a Pebble-kept log (format version 1):
+//
+//	"v"                    format version (one byte, 1)
+//	"h"                    HardState, proto-encoded
+//	"c"                    compaction point: SnapshotMetadata{Index, Term, ConfState}, proto-encoded
+//	"e" + uint64 BE index  Entry, proto-encoded (big-endian so keys sort in index order)
 const (
 	prefixEntry byte = 'e'
 	// prefixEntryEnd is the first byte after every entry key.

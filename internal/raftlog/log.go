@@ -3,11 +3,12 @@ package raftlog
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -22,11 +23,19 @@ var ErrClosed = errors.New("raftlog: log is closed")
 
 // Log is the durable Raft log. It implements raft.Storage.
 type Log struct {
-	db     *pebble.DB
-	logger *slog.Logger
+	fs           vfs.FS
+	dir          string
+	lock         io.Closer
+	logger       *slog.Logger
+	segmentBytes int64
+	maxSpares    int
+	// prefillSpares: new segment files are written full of zeros, in the
+	// background, before they are used (see prepareSpare).
+	prefillSpares bool
+	prepWG        sync.WaitGroup
 
-	// mu guards everything below. Writers hold it across the Pebble commit
-	// so that readers always see memory and disk agree.
+	// mu guards everything below. Writers hold it across the write and the
+	// fsync so that readers always see memory and disk agree.
 	mu     sync.Mutex
 	closed bool
 	// hardState is the last saved HardState; never nil.
@@ -41,6 +50,24 @@ type Log struct {
 	// empty is true until something is written to a fresh log.
 	empty bool
 	cache *tailCache
+	// pos[k] says where the entry at index compaction.Index+1+k is on disk.
+	pos []entryPos
+	// segs are the live segment files, oldest first; records are appended to
+	// the last one, at off, chained from crc. headerEnd is where its header
+	// records end: a segment holding only those is never left for a new one.
+	segs      []*segment
+	off       int64
+	crc       uint32
+	headerEnd int64
+	// spares are the numbers of files kept for reuse as new segments.
+	spares []uint64
+	// fresh is set when the segment written was created rather than reused:
+	// its blocks are allocated as they are written, which makes each fsync
+	// costlier, so the log moves on as soon as a spare is ready.
+	fresh bool
+	// preparing is set while a spare is being prefilled.
+	preparing bool
+	buf       []byte
 	// observeSync is Options.ObserveSync (may be nil).
 	observeSync func(time.Duration)
 	stats       struct {
@@ -48,6 +75,24 @@ type Log struct {
 		syncDuration   time.Duration
 		entryDiskReads uint64
 	}
+}
+
+// segment is one live segment file.
+type segment struct {
+	seq uint64
+	f   vfs.File
+	// maxEntry is the highest index of any entry record in the segment: once
+	// the log is compacted up to it, nothing in the segment is needed.
+	maxEntry uint64
+}
+
+// entryPos locates one entry's record.
+type entryPos struct {
+	seg  *segment
+	off  int64
+	n    int    // record length, header included
+	prev uint32 // CRC the record is chained from
+	term uint64
 }
 
 var _ raft.Storage = (*Log)(nil)
@@ -156,14 +201,7 @@ func (l *Log) term(i uint64) (uint64, error) {
 	case i > l.lastIndex:
 		return 0, raft.ErrUnavailable
 	}
-	if ce, ok := l.cache.get(i); ok {
-		return ce.e.GetTerm(), nil
-	}
-	e, err := l.readEntry(i)
-	if err != nil {
-		return 0, fmt.Errorf("raftlog: term %d: %w", i, err)
-	}
-	return e.GetTerm(), nil
+	return l.pos[i-l.firstIndex()].term, nil
 }
 
 // LastIndex implements raft.Storage.
@@ -209,7 +247,7 @@ func (l *Log) IsEmpty() bool {
 	return l.empty
 }
 
-// Close closes the Pebble instance. Later calls return ErrClosed; closing
+// Close closes the segment files. Later calls return ErrClosed; closing
 // twice is not an error.
 func (l *Log) Close() error {
 	l.mu.Lock()
@@ -218,77 +256,67 @@ func (l *Log) Close() error {
 		return nil
 	}
 	l.closed = true
+	// The spare being prefilled, if any, is finished (or stopped) first:
+	// it takes the lock to add itself to the spares.
+	l.mu.Unlock()
+	l.prepWG.Wait()
+	l.mu.Lock()
 	l.cache.reset()
-	if err := l.db.Close(); err != nil {
+	var errs []error
+	for _, s := range l.segs {
+		errs = append(errs, s.f.Close())
+	}
+	l.segs, l.pos = nil, nil
+	errs = append(errs, l.lock.Close())
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("raftlog: close: %w", err)
 	}
 	return nil
 }
 
-// readEntry reads the entry at index i from Pebble; l.mu held.
-func (l *Log) readEntry(i uint64) (*pb.Entry, error) {
-	v, closer, err := l.db.Get(entryKey(i))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, fmt.Errorf("%w: entry %d missing", ErrCorrupt, i)
+// readEntry reads the entry at index i from its segment; l.mu held.
+func (l *Log) readEntry(i uint64) (*pb.Entry, int, error) {
+	k := i - l.firstIndex()
+	if i < l.firstIndex() || k >= uint64(len(l.pos)) {
+		return nil, 0, fmt.Errorf("%w: entry %d missing", ErrCorrupt, i)
 	}
+	p := l.pos[k]
+	typ, v, err := readRecordAt(p.seg.f, p.off, p.n, p.prev)
 	if err != nil {
-		return nil, fmt.Errorf("read entry %d: %w", i, err)
+		return nil, 0, fmt.Errorf("entry %d in segment %d: %w", i, p.seg.seq, err)
 	}
-	defer closer.Close()
+	if typ != recEntry {
+		return nil, 0, fmt.Errorf("%w: entry %d: record of type %d", ErrCorrupt, i, typ)
+	}
 	l.stats.entryDiskReads++
-	return decodeEntry(i, v)
+	e, err := decodeEntry(i, v)
+	return e, len(v), err
 }
 
-// readEntries reads entries lo..end-1 from Pebble in order, passing each to
+// readEntries reads entries lo..end-1 from disk in order, passing each to
 // add until add refuses one. It returns the next index not taken and whether
-// add refused one. A missing entry is corruption: the caller checked the
-// range against the in-memory bounds. l.mu held.
+// add refused one. l.mu held.
 func (l *Log) readEntries(lo, end uint64, add func(*pb.Entry, int) bool) (next uint64, full bool, err error) {
-	next = lo
-	if lo >= end {
-		return next, false, nil
-	}
-	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: entryKey(lo), UpperBound: entryKey(end)})
-	if err != nil {
-		return next, false, fmt.Errorf("read entries: %w", err)
-	}
-	defer it.Close()
-	for ok := it.First(); ok; ok = it.Next() {
-		idx, err := parseEntryKey(it.Key())
+	for next = lo; next < end; next++ {
+		e, n, err := l.readEntry(next)
 		if err != nil {
 			return next, false, err
 		}
-		if idx != next {
-			return next, false, fmt.Errorf("%w: entry %d missing", ErrCorrupt, next)
-		}
-		v := it.Value()
-		e, err := decodeEntry(idx, v)
-		if err != nil {
-			return next, false, err
-		}
-		l.stats.entryDiskReads++
-		if !add(e, len(v)) {
+		if !add(e, n) {
 			return next, true, nil
 		}
-		next++
-	}
-	if err := it.Error(); err != nil {
-		return next, false, fmt.Errorf("read entries: %w", err)
-	}
-	if next != end {
-		return next, false, fmt.Errorf("%w: entry %d missing", ErrCorrupt, next)
 	}
 	return next, false, nil
 }
 
-// decodeEntry decodes the value stored under the key of index i.
+// decodeEntry decodes the entry expected at index i.
 func decodeEntry(i uint64, v []byte) (*pb.Entry, error) {
 	e := new(pb.Entry)
 	if err := proto.Unmarshal(v, e); err != nil {
 		return nil, fmt.Errorf("%w: entry %d: %v", ErrCorrupt, i, err)
 	}
 	if e.GetIndex() != i {
-		return nil, fmt.Errorf("%w: entry under key %d has index %d", ErrCorrupt, i, e.GetIndex())
+		return nil, fmt.Errorf("%w: entry expected at %d has index %d", ErrCorrupt, i, e.GetIndex())
 	}
 	return e, nil
 }

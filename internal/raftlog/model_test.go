@@ -3,8 +3,10 @@ package raftlog
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -20,12 +22,20 @@ func TestMatchesMemoryStorage(t *testing.T) {
 		steps       int
 		opts        Options
 		reopenEvery int // reopen the Log every n steps on average; 0 never
+		// crashEvery: simulate a power loss every n steps on average, which
+		// keeps a random part of what was written and not fsynced (a torn
+		// tail), and reopen what is left; 0 never.
+		crashEvery int
 	}{
 		{name: "default options", seed: 1, steps: 1500},
 		{name: "tiny tail cache forces disk reads", seed: 2, steps: 1500, opts: Options{TailCacheEntries: 3}},
 		{name: "byte-bounded tail cache", seed: 3, steps: 1500, opts: Options{TailCacheBytes: 300}},
 		{name: "frequent reopen", seed: 4, steps: 800, reopenEvery: 20},
 		{name: "frequent reopen tiny cache", seed: 5, steps: 800, opts: Options{TailCacheEntries: 5}, reopenEvery: 10},
+		{name: "small segments", seed: 6, steps: 1500, opts: Options{SegmentBytes: 1024, TailCacheEntries: 4}, reopenEvery: 40},
+		{name: "crashes", seed: 7, steps: 800, crashEvery: 8},
+		{name: "crashes, small segments", seed: 8, steps: 1500, opts: Options{SegmentBytes: 700, TailCacheEntries: 4}, crashEvery: 10},
+		{name: "crashes, one spare", seed: 9, steps: 1000, opts: Options{SegmentBytes: 900, SpareSegments: 1}, crashEvery: 6},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -35,7 +45,15 @@ func TestMatchesMemoryStorage(t *testing.T) {
 				ms:  raft.NewMemoryStorage(),
 				ops: map[string]int{},
 			}
-			m.l, m.dir = openTest(t, tc.opts)
+			if tc.crashEvery > 0 {
+				m.fs, m.dir = vfs.NewCrashableMem(), "/data/raft"
+				tc.opts.FS = m.fs
+				var err error
+				m.l, err = Open(m.dir, nil, tc.opts)
+				require.NoError(t, err)
+			} else {
+				m.l, m.dir = openTest(t, tc.opts)
+			}
 			for step := range tc.steps {
 				m.step = step
 				switch r := m.rng.IntN(100); {
@@ -53,11 +71,23 @@ func TestMatchesMemoryStorage(t *testing.T) {
 					m.l = reopenTest(t, m.dir, tc.opts)
 					m.ops["reopen"]++
 				}
+				if tc.crashEvery > 0 && m.rng.IntN(tc.crashEvery) == 0 {
+					tc.opts.FS = m.crash()
+				}
 				m.check()
 			}
+			if tc.crashEvery == 0 {
+				// Retired segments are reused or removed: the directory holds
+				// the live segments, at most SpareSegments spares and the lock.
+				names, err := vfs.Default.List(m.dir)
+				require.NoError(t, err)
+				names = slices.DeleteFunc(names, func(n string) bool { return n == prepTempName })
+				spares := tc.opts.withDefaults().SpareSegments
+				require.LessOrEqual(t, len(names), m.l.Stats().Segments+spares+1, "%v", names)
+			}
 			st := m.l.Stats()
-			t.Logf("final: first %d last %d, %d entries read from disk since open; ops %v",
-				st.FirstIndex, st.LastIndex, st.EntryDiskReads, m.ops)
+			t.Logf("final: first %d last %d in %d segments, %d entries read from disk since open; ops %v",
+				st.FirstIndex, st.LastIndex, st.Segments, st.EntryDiskReads, m.ops)
 		})
 	}
 }
@@ -69,8 +99,36 @@ type model struct {
 	l    *Log
 	dir  string
 	step int
-	hs   *pb.HardState  // last hard state given to both
-	ops  map[string]int // how often each kind of operation ran
+	hs   *pb.HardState // last hard state given to both
+	// syncedCommit is the commit index as of the last fsync: a crash may
+	// take the log's back to it, no further.
+	syncedCommit uint64
+	fs           *vfs.MemFS     // in crash mode
+	ops          map[string]int // how often each kind of operation ran
+}
+
+// crash simulates a power loss that keeps a random part of what was not
+// fsynced, reopens the log on what is left and returns that filesystem.
+// Everything must survive but a commit index moved without fsync.
+func (m *model) crash() *vfs.MemFS {
+	keep := m.rng.IntN(101)
+	m.fs = m.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: keep, RNG: rand.New(rand.NewPCG(m.rng.Uint64(), 0))})
+	require.NoError(m.t, m.l.Close())
+	var err error
+	opts := Options{FS: m.fs, SegmentBytes: m.l.segmentBytes, SpareSegments: m.l.maxSpares, TailCacheEntries: m.l.cache.maxEntries, TailCacheBytes: m.l.cache.maxBytes}
+	m.l, err = Open(m.dir, nil, opts)
+	require.NoError(m.t, err, "step %d: reopen after a crash keeping %d%% of unsynced data", m.step, keep)
+	hs, _, err := m.l.InitialState()
+	require.NoError(m.t, err)
+	require.GreaterOrEqual(m.t, hs.GetCommit(), m.syncedCommit, "step %d: synced commit index lost", m.step)
+	require.LessOrEqual(m.t, hs.GetCommit(), m.hs.GetCommit(), "step %d", m.step)
+	if hs.GetCommit() != m.hs.GetCommit() {
+		m.hs = hardState(m.hs.GetTerm(), m.hs.GetVote(), hs.GetCommit())
+		require.NoError(m.t, m.ms.SetHardState(m.hs))
+		m.ops["crash lost an unsynced commit"]++
+	}
+	m.ops["crash"]++
+	return m.fs
 }
 
 func (m *model) bounds() (first, last uint64) {
@@ -136,16 +194,32 @@ func (m *model) save() {
 		require.NoError(m.t, m.ms.SetHardState(hs))
 		m.hs = hs
 	}
+	prev := m.hs
 	require.NoError(m.t, m.l.Save(hs, ents), "step %d: save %d..%d", m.step, start, start+n-1)
+	m.saved(prev, start+n-1 >= first)
+}
+
+// saved notes the commit index made durable by a Save that had entries
+// beyond the compaction point or not, given the hard state before it.
+func (m *model) saved(prev *pb.HardState, entries bool) {
+	if entries || m.hs.GetTerm() != prev.GetTerm() || m.hs.GetVote() != prev.GetVote() {
+		m.syncedCommit = m.hs.GetCommit()
+	}
 }
 
 func (m *model) saveHardStateOnly() {
 	_, last := m.bounds()
 	commit := m.hs.GetCommit()
 	hs := hardState(m.hs.GetTerm()+m.rng.Uint64N(2), m.rng.Uint64N(4), commit+m.rng.Uint64N(last-commit+1))
+	if m.rng.IntN(2) == 0 {
+		// Commit only: written without fsync, so a crash may tear it.
+		hs = hardState(m.hs.GetTerm(), m.hs.GetVote(), hs.GetCommit())
+	}
 	require.NoError(m.t, m.ms.SetHardState(hs))
+	prev := m.hs
 	m.hs = hs
 	require.NoError(m.t, m.l.Save(hs, nil))
+	m.saved(prev, false)
 }
 
 // compact compacts to a random committed index, or tries an index at or
@@ -172,6 +246,7 @@ func (m *model) compact() {
 	require.NoError(m.t, err)
 	require.NoError(m.t, m.ms.Compact(idx))
 	require.NoError(m.t, m.l.Compact(idx, cs), "step %d: compact %d", m.step, idx)
+	m.syncedCommit = m.hs.GetCommit()
 	m.ops["compact"]++
 }
 
@@ -196,8 +271,13 @@ func (m *model) applySnapshot() {
 	m.ops["snapshot"]++
 	hs := hardState(max(term, m.hs.GetTerm()), m.hs.GetVote(), idx)
 	require.NoError(m.t, m.ms.SetHardState(hs))
+	prev := m.hs
 	m.hs = hs
 	require.NoError(m.t, m.l.Save(hs, nil))
+	// The snapshot itself was synced, and InitialState never answers a
+	// commit index below it.
+	m.syncedCommit = max(m.syncedCommit, idx)
+	m.saved(prev, false)
 }
 
 // check compares every answer of the Log with the model's.

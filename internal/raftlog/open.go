@@ -1,11 +1,13 @@
 package raftlog
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
-	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
@@ -13,10 +15,13 @@ import (
 )
 
 // Open opens the log in dir (<data-dir>/raft), creating the directory and an
-// empty log if needed, loads the hard state, compaction point and the
-// recent entries into memory, and checks that the entries are contiguous
-// from FirstIndex to LastIndex. A log that fails the check is not opened: the
-// error wraps ErrCorrupt. A nil logger discards log output.
+// empty log if needed, converting a log an earlier version kept in Pebble,
+// replaying the segments into memory and checking that the entries are
+// contiguous from FirstIndex to LastIndex. A log that fails the check is not
+// opened: the error wraps ErrCorrupt. Writing then starts in a new segment,
+// after sealing the last one where its last whole record ends: whatever a
+// crash left half-written there is never read again. A nil logger discards
+// log output.
 func Open(dir string, logger *slog.Logger, opts Options) (*Log, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("raftlog: open %s: invalid options: %w", dir, err)
@@ -30,182 +35,288 @@ func Open(dir string, logger *slog.Logger, opts Options) (*Log, error) {
 	if err := durable.MkdirAll(opts.FS, dir); err != nil {
 		return nil, fmt.Errorf("raftlog: open %s: create directory: %w", dir, err)
 	}
-	cache := pebble.NewCache(opts.BlockCacheBytes)
-	defer cache.Unref() // Pebble holds its own reference while open
-	po := &pebble.Options{
-		FS:           opts.FS,
-		Cache:        cache,
-		MemTableSize: opts.MemTableBytes,
-		Logger:       pebbleLogger{logger.With("component", "raftlog/pebble")},
-		// Pinned, so that a Pebble upgrade never ratchets the on-disk format
-		// by surprise. Durability settings (WAL on, fsync on Sync commits)
-		// are Pebble's defaults and are left alone.
-		FormatMajorVersion: pebble.FormatVirtualSSTables,
-	}
-	// Entries that outlive a memtable live in sstables only until the next
-	// log compaction deletes them: compressing them is CPU spent on data
-	// about to go. (Separating large values into blob files, as the state
-	// store does, was measured here too: 8 KiB sets ran no faster.)
-	po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
-	db, err := pebble.Open(dir, po)
+	lock, err := opts.FS.Lock(opts.FS.PathJoin(dir, lockName))
 	if err != nil {
-		return nil, fmt.Errorf("raftlog: open %s: %w", dir, err)
+		return nil, fmt.Errorf("raftlog: open %s: lock: %w", dir, err)
 	}
 	l := &Log{
-		db:          db,
-		logger:      logger,
-		cache:       newTailCache(opts.TailCacheEntries, opts.TailCacheBytes),
-		observeSync: opts.ObserveSync,
+		fs:           opts.FS,
+		dir:          dir,
+		lock:         lock,
+		logger:       logger,
+		segmentBytes: opts.SegmentBytes,
+		maxSpares:    opts.SpareSegments,
+		// Only on a real disk: in memory there are no blocks to allocate.
+		prefillSpares: opts.FS == vfs.Default,
+		cache:         newTailCache(opts.TailCacheEntries, opts.TailCacheBytes),
+		observeSync:   opts.ObserveSync,
 	}
-	if err := l.load(); err != nil {
-		return nil, errors.Join(fmt.Errorf("raftlog: open %s: %w", dir, err), db.Close())
+	// Held because open may start prefilling a spare, which takes it.
+	l.mu.Lock()
+	err = l.open()
+	if err != nil {
+		l.closed = true
+	}
+	l.mu.Unlock()
+	if err != nil {
+		l.prepWG.Wait()
+		for _, s := range l.segs {
+			err = errors.Join(err, s.f.Close())
+		}
+		return nil, errors.Join(fmt.Errorf("raftlog: open %s: %w", dir, err), lock.Close())
 	}
 	logger.Info("raft log opened", "dir", dir,
 		"first_index", l.firstIndex(), "last_index", l.lastIndex,
 		"term", l.hardState.GetTerm(), "commit", l.hardState.GetCommit(),
-		"cached_entries", l.cache.len(), "empty", l.empty)
+		"segments", len(l.segs), "cached_entries", l.cache.len(), "empty", l.empty)
 	return l, nil
 }
 
-// load reads the on-disk state into l and checks it.
-func (l *Log) load() error {
-	version, err := l.get(keyFormat)
+// open lists the directory, converts or cleans up what an earlier version
+// or an interrupted conversion left, replays the segments and starts the
+// segment to write. l.mu held.
+func (l *Log) open() error {
+	names, err := l.fs.List(l.dir)
 	if err != nil {
+		return fmt.Errorf("list: %w", err)
+	}
+	var seqs []uint64
+	pebbleFiles := false
+	for _, name := range names {
+		if seq, ok := parseFileName(name, segmentPrefix); ok {
+			seqs = append(seqs, seq)
+		} else if seq, ok := parseFileName(name, sparePrefix); ok {
+			l.spares = append(l.spares, seq)
+		} else if isPebbleFile(name) {
+			pebbleFiles = true
+		} else if name == prepTempName {
+			if err := l.fs.Remove(l.fs.PathJoin(l.dir, name)); err != nil {
+				return fmt.Errorf("remove %s: %w", name, err)
+			}
+		}
+	}
+	if pebbleFiles {
+		if len(seqs) == 0 {
+			if err := l.convertPebble(); err != nil {
+				return err
+			}
+			seqs = []uint64{1}
+		}
+		// The segments are the log; what Pebble left is not.
+		if err := l.removeOthers(); err != nil {
+			return err
+		}
+	}
+	slices.Sort(seqs)
+	slices.Sort(l.spares)
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			return fmt.Errorf("%w: segment %d missing (segments %d and %d present)", ErrCorrupt, seqs[i-1]+1, seqs[i-1], seqs[i])
+		}
+	}
+	for _, seq := range seqs {
+		f, err := l.fs.OpenReadWrite(l.fs.PathJoin(l.dir, segmentName(seq)), vfs.WriteCategoryUnspecified)
+		if err != nil {
+			return fmt.Errorf("open segment %d: %w", seq, err)
+		}
+		l.segs = append(l.segs, &segment{seq: seq, f: f})
+	}
+	rp := replay{
+		hs:   new(pb.HardState),
+		comp: &pb.SnapshotMetadata{Index: new(uint64(0)), Term: new(uint64(0)), ConfState: new(pb.ConfState)},
+	}
+	reuseLast := false
+	for i, s := range l.segs {
+		last := i == len(l.segs)-1
+		end, crc, nrec, err := rp.segment(l, s, last)
+		if err != nil {
+			return fmt.Errorf("segment %d: %w", s.seq, err)
+		}
+		if last {
+			l.off, l.crc = end, crc
+			reuseLast = nrec == 0
+		}
+	}
+	if err := rp.finish(); err != nil {
 		return err
 	}
-	switch {
-	case version == nil:
-		// Checked below, once we know whether the log holds anything.
-	case len(version) != 1:
-		return fmt.Errorf("%w: format version %x", ErrCorrupt, version)
-	case version[0] != formatVersion:
-		return fmt.Errorf("unsupported format version %d (this binary reads %d)", version[0], formatVersion)
+	l.hardState, l.compaction, l.pos, l.lastIndex, l.empty = rp.hs, rp.comp, rp.pos, rp.last, rp.empty()
+	if err := l.fillCache(); err != nil {
+		return err
 	}
 
-	l.hardState = new(pb.HardState)
-	v, err := l.get(keyHardState)
+	switch {
+	case len(l.segs) == 0:
+		return l.startSegment(1)
+	case reuseLast:
+		// Created, but its header never reached the disk (a crash in
+		// rotate). It is replaced by a new file: one that held a torn
+		// write under this number must not be written under it again.
+		s := l.segs[len(l.segs)-1]
+		l.segs = l.segs[:len(l.segs)-1]
+		if err := s.f.Close(); err != nil {
+			return fmt.Errorf("segment %d: %w", s.seq, err)
+		}
+		if err := l.fs.Remove(l.fs.PathJoin(l.dir, segmentName(s.seq))); err != nil {
+			return fmt.Errorf("segment %d: %w", s.seq, err)
+		}
+		return l.startSegment(s.seq)
+	default:
+		return l.rotate()
+	}
+}
+
+// fillCache reads the most recent entries into the tail cache.
+func (l *Log) fillCache() error {
+	first := l.firstIndex()
+	lo := first
+	if n := uint64(l.cache.maxEntries); l.lastIndex+1-first > n {
+		lo = l.lastIndex + 1 - n
+	}
+	var ents []cachedEntry
+	_, _, err := l.readEntries(lo, l.lastIndex+1, func(e *pb.Entry, n int) bool {
+		ents = append(ents, cachedEntry{e: e, size: n})
+		return true
+	})
 	if err != nil {
 		return err
 	}
-	hasHardState := v != nil
-	if hasHardState {
-		if err := proto.Unmarshal(v, l.hardState); err != nil {
+	l.stats.entryDiskReads = 0
+	l.cache.append(ents)
+	return nil
+}
+
+// replay rebuilds the log's state from its records, in the order written.
+type replay struct {
+	hs   *pb.HardState
+	comp *pb.SnapshotMetadata
+	pos  []entryPos // entries comp.Index+1 .. last
+	last uint64
+	// gapEnd is the highest index missing below an entry (the segments that
+	// held it were recycled): the compaction point must cover it.
+	gapEnd                          uint64
+	sawHS, sawComp, sawEntry, sawSn bool
+}
+
+func (r *replay) empty() bool { return !r.sawHS && !r.sawComp && !r.sawEntry && !r.sawSn }
+
+// segment replays the records of s and returns where they end, the CRC of
+// the last one and how many there were. Every segment but the last must
+// end with a seal; the last may end anywhere (a crash), even before its
+// header.
+func (r *replay) segment(l *Log, s *segment, last bool) (end int64, crc uint32, n int, err error) {
+	st, err := s.f.Stat()
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("stat: %w", err)
+	}
+	sr := newSegmentReader(s.f, s.seq, st.Size())
+	for {
+		rec, err := sr.next()
+		if errors.Is(err, errEndOfRecords) {
+			if !last {
+				return 0, 0, 0, fmt.Errorf("%w: no valid record at offset %d, and the segment is not the last", ErrCorrupt, sr.off)
+			}
+			return sr.off, sr.crc, n, nil
+		}
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if (n == 0) != (rec.typ == recHeader) {
+			return 0, 0, 0, fmt.Errorf("%w: record of type %d at offset %d", ErrCorrupt, rec.typ, rec.off)
+		}
+		n++
+		if err := r.record(s, rec); err != nil {
+			return 0, 0, 0, fmt.Errorf("record at offset %d: %w", rec.off, err)
+		}
+		if rec.typ == recSeal {
+			return rec.off, rec.prev, n, nil
+		}
+	}
+}
+
+func (r *replay) record(s *segment, rec record) error {
+	switch rec.typ {
+	case recHeader:
+		if len(rec.payload) != 9 {
+			return fmt.Errorf("%w: segment header of %d bytes", ErrCorrupt, len(rec.payload))
+		}
+		if v := rec.payload[0]; v != formatVersion {
+			return fmt.Errorf("unsupported format version %d (this binary reads %d)", v, formatVersion)
+		}
+		if seq := binary.BigEndian.Uint64(rec.payload[1:]); seq != s.seq {
+			return fmt.Errorf("%w: segment header says %d", ErrCorrupt, seq)
+		}
+	case recHardState:
+		hs := new(pb.HardState)
+		if err := proto.Unmarshal(rec.payload, hs); err != nil {
 			return fmt.Errorf("%w: hard state: %v", ErrCorrupt, err)
 		}
-	}
-
-	l.compaction = &pb.SnapshotMetadata{Index: new(uint64(0)), Term: new(uint64(0)), ConfState: new(pb.ConfState)}
-	v, err = l.get(keyCompaction)
-	if err != nil {
-		return err
-	}
-	hasCompaction := v != nil
-	if hasCompaction {
-		m := new(pb.SnapshotMetadata)
-		if err := proto.Unmarshal(v, m); err != nil {
-			return fmt.Errorf("%w: compaction point: %v", ErrCorrupt, err)
+		r.hs, r.sawHS = hs, true
+	case recCompaction, recSnapshot:
+		m, err := decodeMeta(rec.payload)
+		if err != nil {
+			return err
 		}
-		if m.Index == nil || m.Term == nil || m.ConfState == nil {
-			return fmt.Errorf("%w: compaction point lacks index, term or conf state", ErrCorrupt)
+		if m.GetIndex() < r.comp.GetIndex() {
+			return fmt.Errorf("%w: compaction point %d below the previous %d", ErrCorrupt, m.GetIndex(), r.comp.GetIndex())
 		}
-		l.compaction = m
-	}
-
-	if err := l.scanEntries(); err != nil {
-		return err
-	}
-	if c := l.hardState.GetCommit(); c > l.lastIndex {
-		return fmt.Errorf("%w: hard state commit %d beyond last index %d", ErrCorrupt, c, l.lastIndex)
-	}
-
-	hasEntries := l.lastIndex > l.compaction.GetIndex()
-	l.empty = !hasHardState && !hasCompaction && !hasEntries
-	if version == nil {
-		if !l.empty {
-			return fmt.Errorf("%w: format version missing from a non-empty log", ErrCorrupt)
+		switch first := r.posFirst(); {
+		case rec.typ == recSnapshot || m.GetIndex() >= r.last:
+			r.pos, r.last = nil, m.GetIndex()
+		case m.GetIndex() >= first:
+			r.pos = r.pos[m.GetIndex()-first+1:]
 		}
-		b := l.db.NewBatch()
-		defer b.Close()
-		if err := b.Set(keyFormat, []byte{formatVersion}, nil); err != nil {
-			return fmt.Errorf("write format version: %w", err)
+		r.comp = m
+		if rec.typ == recSnapshot {
+			r.sawSn = true
+		} else {
+			r.sawComp = true
 		}
-		if err := l.commit(b); err != nil {
-			return fmt.Errorf("write format version: %w", err)
+	case recEntry:
+		e := new(pb.Entry)
+		if err := proto.Unmarshal(rec.payload, e); err != nil {
+			return fmt.Errorf("%w: entry: %v", ErrCorrupt, err)
 		}
+		i := e.GetIndex()
+		switch first := r.posFirst(); {
+		case i <= r.comp.GetIndex():
+			return fmt.Errorf("%w: entry %d at or below the compaction index %d", ErrCorrupt, i, r.comp.GetIndex())
+		case i > r.last+1 || i < first:
+			// The entries before it were in recycled segments; the
+			// compaction point, at the end, must cover them.
+			r.gapEnd = max(r.gapEnd, i-1)
+			r.pos = nil
+		case i <= r.last:
+			r.pos = r.pos[:i-first]
+		}
+		if k := len(r.pos); k > 0 && e.GetTerm() < r.pos[k-1].term {
+			return fmt.Errorf("%w: entry %d has term %d, below the previous term %d", ErrCorrupt, i, e.GetTerm(), r.pos[k-1].term)
+		}
+		r.pos = append(r.pos, entryPos{seg: s, off: rec.off, n: recordHeaderLen + len(rec.payload), prev: rec.prev, term: e.GetTerm()})
+		r.last = i
+		r.sawEntry = true
+		s.maxEntry = max(s.maxEntry, i)
+	case recSeal:
 	}
 	return nil
 }
 
-// scanEntries reads every entry, checking that they run contiguously from
-// the compaction index + 1 with non-decreasing terms, sets l.lastIndex and
-// fills the tail cache.
-func (l *Log) scanEntries() error {
-	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: entryKeysStart, UpperBound: entryKeysEnd})
-	if err != nil {
-		return fmt.Errorf("scan entries: %w", err)
+// posFirst is the index of the first entry in pos.
+func (r *replay) posFirst() uint64 { return r.last + 1 - uint64(len(r.pos)) }
+
+// finish checks the replayed state as a whole.
+func (r *replay) finish() error {
+	if r.gapEnd > r.comp.GetIndex() {
+		return fmt.Errorf("%w: entries %d to %d missing", ErrCorrupt, r.comp.GetIndex()+1, r.gapEnd)
 	}
-	defer it.Close()
-	next := l.compaction.GetIndex() + 1
-	prevTerm := l.compaction.GetTerm()
-	for ok := it.First(); ok; ok = it.Next() {
-		idx, err := parseEntryKey(it.Key())
-		if err != nil {
-			return err
-		}
-		switch {
-		case idx < next: // keys are sorted and unique: only the first entry can be here
-			return fmt.Errorf("%w: entry %d at or below the compaction index %d", ErrCorrupt, idx, l.compaction.GetIndex())
-		case idx != next:
-			return fmt.Errorf("%w: entry %d missing (next present: %d)", ErrCorrupt, next, idx)
-		}
-		v := it.Value()
-		e, err := decodeEntry(idx, v)
-		if err != nil {
-			return err
-		}
-		if e.GetTerm() < prevTerm {
-			return fmt.Errorf("%w: entry %d has term %d, below the previous term %d", ErrCorrupt, idx, e.GetTerm(), prevTerm)
-		}
-		prevTerm = e.GetTerm()
-		l.cache.append([]cachedEntry{{e: e, size: len(v)}})
-		next++
+	if r.last-r.comp.GetIndex() != uint64(len(r.pos)) {
+		return fmt.Errorf("%w: entries %d to %d missing", ErrCorrupt, r.comp.GetIndex()+1, r.last-uint64(len(r.pos)))
 	}
-	if err := it.Error(); err != nil {
-		return fmt.Errorf("scan entries: %w", err)
+	if len(r.pos) > 0 && r.pos[0].term < r.comp.GetTerm() {
+		return fmt.Errorf("%w: entry %d has term %d, below the compaction point's term %d", ErrCorrupt, r.comp.GetIndex()+1, r.pos[0].term, r.comp.GetTerm())
 	}
-	l.lastIndex = next - 1
+	if c := r.hs.GetCommit(); c > r.last {
+		return fmt.Errorf("%w: hard state commit %d beyond last index %d", ErrCorrupt, c, r.last)
+	}
 	return nil
-}
-
-// get returns a copy of the value of key, nil if absent.
-func (l *Log) get(key []byte) ([]byte, error) {
-	v, closer, err := l.db.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read %q: %w", key, err)
-	}
-	defer closer.Close()
-	return append([]byte(nil), v...), nil
-}
-
-// pebbleLogger routes Pebble's log output to slog.
-type pebbleLogger struct{ l *slog.Logger }
-
-func (p pebbleLogger) Infof(format string, args ...any) {
-	p.l.Info(fmt.Sprintf(format, args...))
-}
-
-func (p pebbleLogger) Errorf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...))
-}
-
-// Fatalf is called by Pebble on an internal invariant violation, after
-// which it must not continue: like Pebble's default logger we stop, with a
-// panic rather than os.Exit so that the stack is printed.
-func (p pebbleLogger) Fatalf(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	p.l.Error("pebble fatal error", "msg", msg)
-	panic("raftlog: pebble: " + msg)
 }

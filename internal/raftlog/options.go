@@ -11,20 +11,21 @@ import (
 // Options tunes a Log. The zero value means "all defaults": every zero field
 // is replaced by the value from DefaultOptions; negative values are invalid.
 type Options struct {
-	// BlockCacheBytes is the size in bytes of Pebble's block cache for the raft
-	// log. Reads of recent entries are served by the tail cache, so this only
-	// helps raft reading old entries (a lagging follower). Default 8 MiB.
-	BlockCacheBytes int64
+	// SegmentBytes is the length a segment file is preallocated to; the
+	// log moves on to a new segment when the next write would not fit.
+	// Default 64 MiB. A batch larger than a segment gets one of its own,
+	// longer than this.
+	SegmentBytes int64
 
-	// MemTableBytes is the size in bytes of one Pebble memtable. Default
-	// 64 MiB: entries are deleted a few thousand behind the applied index,
-	// so with small entries most die in the memtable and are never flushed
-	// or compacted (Pebble's own default is 4 MiB).
-	MemTableBytes uint64
+	// SpareSegments is how many retired segment files are kept to be
+	// written over as new segments, rather than removed: writing over a
+	// file whose blocks are allocated makes an fsync cheaper than extending
+	// one. Default 2.
+	SpareSegments int
 
 	// TailCacheEntries bounds the number of most recent entries kept in memory
-	// so that Term and Entries on them (raft reading committed entries back to
-	// apply them, or to send them to followers) do not touch Pebble.
+	// so that Entries on them (raft reading committed entries back to apply
+	// them, or to send them to followers) does not read the disk.
 	// Default 4096. The cache keeps at most TailCacheEntries entries and at
 	// most TailCacheBytes bytes, whichever limit is reached first.
 	TailCacheEntries int
@@ -39,7 +40,7 @@ type Options struct {
 	// return at once; nil: only Stats' count and sum are kept.
 	ObserveSync func(time.Duration)
 
-	// FS is the filesystem Pebble runs on. For tests only (for example
+	// FS is the filesystem the log is kept on. For tests only (for example
 	// vfs.NewCrashableMem to simulate a crash); nil means the real disk.
 	FS vfs.FS
 }
@@ -47,8 +48,8 @@ type Options struct {
 // DefaultOptions returns the options used for every zero field of Options.
 func DefaultOptions() Options {
 	return Options{
-		BlockCacheBytes:  8 << 20,
-		MemTableBytes:    64 << 20,
+		SegmentBytes:     64 << 20,
+		SpareSegments:    2,
 		TailCacheEntries: 4096,
 		TailCacheBytes:   64 << 20,
 		FS:               vfs.Default,
@@ -58,8 +59,11 @@ func DefaultOptions() Options {
 // Validate reports every invalid field at once.
 func (o Options) Validate() error {
 	var errs []error
-	if o.BlockCacheBytes < 0 {
-		errs = append(errs, fmt.Errorf("BlockCacheBytes %d is negative", o.BlockCacheBytes))
+	if o.SegmentBytes < 0 {
+		errs = append(errs, fmt.Errorf("SegmentBytes %d is negative", o.SegmentBytes))
+	}
+	if o.SpareSegments < 0 {
+		errs = append(errs, fmt.Errorf("SpareSegments %d is negative", o.SpareSegments))
 	}
 	if o.TailCacheEntries < 0 {
 		errs = append(errs, fmt.Errorf("TailCacheEntries %d is negative", o.TailCacheEntries))
@@ -73,11 +77,11 @@ func (o Options) Validate() error {
 // withDefaults returns o with every zero field replaced by its default.
 func (o Options) withDefaults() Options {
 	d := DefaultOptions()
-	if o.BlockCacheBytes == 0 {
-		o.BlockCacheBytes = d.BlockCacheBytes
+	if o.SegmentBytes == 0 {
+		o.SegmentBytes = d.SegmentBytes
 	}
-	if o.MemTableBytes == 0 {
-		o.MemTableBytes = d.MemTableBytes
+	if o.SpareSegments == 0 {
+		o.SpareSegments = d.SpareSegments
 	}
 	if o.TailCacheEntries == 0 {
 		o.TailCacheEntries = d.TailCacheEntries

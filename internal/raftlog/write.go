@@ -3,9 +3,7 @@ package raftlog
 import (
 	"errors"
 	"fmt"
-	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -13,12 +11,12 @@ import (
 	"github.com/kvd-project/kvd/internal/failpoint"
 )
 
-// Save persists hs (unless empty) and ents in one Pebble batch, committed
-// with fsync when raft's rules need it: new entries, or a new term or vote.
-// A HardState that changes only the commit index is written without fsync,
-// as etcd does: a commit index lost in a crash is learned again from the
-// leader, and the next fsync (Pebble's WAL is written in order) makes it
-// durable anyway. Followers, which see the commit index move with nearly
+// Save persists hs (unless empty) and ents in one write, fsynced when
+// raft's rules need it: new entries, or a new term or vote. A HardState
+// that changes only the commit index is written without fsync, as etcd
+// does: a commit index lost in a crash is learned again from the leader,
+// and the next fsync (records are written in order) makes it durable
+// anyway. Followers, which see the commit index move with nearly
 // every append, then pay one fsync per append rather than two. ents must be
 // contiguous and may start anywhere from
 // FirstIndex to LastIndex+1: a conflicting tail (indexes >= ents[0].Index)
@@ -54,47 +52,47 @@ func (l *Log) Save(hs *pb.HardState, ents []*pb.Entry) error {
 		return fmt.Errorf("raftlog: save entries: commit index %d beyond the new last index %d", commit, newLast)
 	}
 
-	b := l.db.NewBatch()
-	defer b.Close()
+	recs := make([]pending, 0, len(ents)+1)
 	cached := make([]cachedEntry, len(ents))
-	if len(ents) > 0 {
-		for k, e := range ents {
-			v, err := proto.Marshal(e)
-			if err != nil {
-				return fmt.Errorf("raftlog: save entries: encode entry %d: %w", e.GetIndex(), err)
-			}
-			if err := b.Set(entryKey(e.GetIndex()), v, nil); err != nil {
-				return fmt.Errorf("raftlog: save entries: %w", err)
-			}
-			cached[k] = cachedEntry{e: e, size: len(v)}
+	for k, e := range ents {
+		v, err := proto.Marshal(e)
+		if err != nil {
+			return fmt.Errorf("raftlog: save entries: encode entry %d: %w", e.GetIndex(), err)
 		}
-		if newLast < l.lastIndex {
-			if err := b.DeleteRange(entryKey(newLast+1), entryKey(l.lastIndex+1), nil); err != nil {
-				return fmt.Errorf("raftlog: save entries: %w", err)
-			}
-		}
+		recs = append(recs, pending{typ: recEntry, payload: v})
+		cached[k] = cachedEntry{e: e, size: len(v)}
 	}
 	if saveHardState {
-		v, err := proto.Marshal(hs)
+		r, err := protoRecord(recHardState, hs)
 		if err != nil {
-			return fmt.Errorf("raftlog: save hard state: encode: %w", err)
-		}
-		if err := b.Set(keyHardState, v, nil); err != nil {
 			return fmt.Errorf("raftlog: save hard state: %w", err)
 		}
+		recs = append(recs, r)
 	}
-	if !mustSync(hs, l.hardState, len(ents)) {
-		if err := b.Commit(pebble.NoSync); err != nil {
-			return fmt.Errorf("raftlog: save hard state: commit: %w", err)
-		}
-	} else {
+	// A commit-only HardState is written but not fsynced: the next fsync of
+	// this file (records are written in order) makes it durable.
+	where, err := l.write(recs, false)
+	if err != nil {
+		return fmt.Errorf("raftlog: save: %w", err)
+	}
+	if mustSync(hs, l.hardState, len(ents)) {
 		failpoint.Hit(failpoint.RaftlogBeforeSync)
-		if err := l.commit(b); err != nil {
-			return fmt.Errorf("raftlog: save entries: %w", err)
+		if err := l.sync(l.segs[len(l.segs)-1]); err != nil {
+			return fmt.Errorf("raftlog: save: %w", err)
 		}
 		failpoint.Hit(failpoint.RaftlogAfterSync)
 	}
-
+	if len(ents) > 0 {
+		// Entries from ents[0] on replace any there were (the records on
+		// disk say the same: see recEntry).
+		l.pos = l.pos[:ents[0].GetIndex()-l.firstIndex()]
+		for k, e := range ents {
+			p := where[k]
+			p.term = e.GetTerm()
+			l.pos = append(l.pos, p)
+			p.seg.maxEntry = max(p.seg.maxEntry, e.GetIndex())
+		}
+	}
 	if len(ents) > 0 {
 		l.cache.append(cached)
 		l.lastIndex = newLast
@@ -192,17 +190,14 @@ func (l *Log) Compact(index uint64, cs *pb.ConfState) error {
 		Term:      new(term),
 		ConfState: pb.EnsureConfState(cloneConfState(cs)),
 	}
-	b := l.db.NewBatch()
-	defer b.Close()
-	if err := b.DeleteRange(entryKey(l.firstIndex()), entryKey(index+1), nil); err != nil {
+	r, err := protoRecord(recCompaction, meta)
+	if err != nil {
 		return fmt.Errorf("raftlog: compact to %d: %w", index, err)
 	}
-	if err := setProto(b, keyCompaction, meta); err != nil {
+	if _, err := l.write([]pending{r}, true); err != nil {
 		return fmt.Errorf("raftlog: compact to %d: %w", index, err)
 	}
-	if err := l.commit(b); err != nil {
-		return fmt.Errorf("raftlog: compact to %d: %w", index, err)
-	}
+	l.pos = l.pos[index-l.firstIndex()+1:]
 	l.compaction = meta
 	l.cache.dropThrough(index)
 	return nil
@@ -238,17 +233,14 @@ func (l *Log) ApplySnapshot(meta *pb.SnapshotMetadata) error {
 		Term:      new(meta.GetTerm()),
 		ConfState: pb.EnsureConfState(cloneConfState(meta.GetConfState())),
 	}
-	b := l.db.NewBatch()
-	defer b.Close()
-	if err := b.DeleteRange(entryKeysStart, entryKeysEnd, nil); err != nil {
+	r, err := protoRecord(recSnapshot, m)
+	if err != nil {
 		return fmt.Errorf("raftlog: apply snapshot at %d: %w", m.GetIndex(), err)
 	}
-	if err := setProto(b, keyCompaction, m); err != nil {
+	if _, err := l.write([]pending{r}, true); err != nil {
 		return fmt.Errorf("raftlog: apply snapshot at %d: %w", m.GetIndex(), err)
 	}
-	if err := l.commit(b); err != nil {
-		return fmt.Errorf("raftlog: apply snapshot at %d: %w", m.GetIndex(), err)
-	}
+	l.pos = nil
 	l.compaction = m
 	l.lastIndex = m.GetIndex()
 	l.cache.reset()
@@ -275,41 +267,16 @@ func (l *Log) Bootstrap(cs *pb.ConfState) error {
 		Term:      new(uint64(0)),
 		ConfState: pb.EnsureConfState(cloneConfState(cs)),
 	}
-	b := l.db.NewBatch()
-	defer b.Close()
-	if err := setProto(b, keyCompaction, m); err != nil {
+	r, err := protoRecord(recCompaction, m)
+	if err != nil {
 		return fmt.Errorf("raftlog: bootstrap: %w", err)
 	}
-	if err := l.commit(b); err != nil {
+	if _, err := l.write([]pending{r}, true); err != nil {
 		return fmt.Errorf("raftlog: bootstrap: %w", err)
 	}
 	l.compaction = m
 	l.empty = false
 	return nil
-}
-
-// commit commits b with fsync and accounts for it. l.mu held.
-func (l *Log) commit(b *pebble.Batch) error {
-	start := time.Now()
-	err := b.Commit(pebble.Sync)
-	d := time.Since(start)
-	l.stats.syncCount++
-	l.stats.syncDuration += d
-	if l.observeSync != nil {
-		l.observeSync(d)
-	}
-	if err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
-}
-
-func setProto(b *pebble.Batch, key []byte, m proto.Message) error {
-	v, err := proto.Marshal(m)
-	if err != nil {
-		return fmt.Errorf("encode %q: %w", key, err)
-	}
-	return b.Set(key, v, nil)
 }
 
 // cloneConfState deep-copies cs; nil gives an empty ConfState.
