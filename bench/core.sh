@@ -108,7 +108,7 @@ ratio() { python3 -c "print('%.2f' % ($1/$2))"; }
   echo
   echo "Resident memory holding 1,000,000 items of 512 bytes: memcached $((mc_rss/1024)) MiB,"
   echo "kvd $((kv_rss/1024)) MiB (defaults: Pebble block cache 64 MiB \`--cache-size\`, item cache 64 MiB"
-  echo "\`--item-cache-size\`, memtables of 32 MiB for the data and 64 MiB for the Raft log); kvd / memcached ="
+  echo "\`--item-cache-size\`, a 32 MiB memtable for the data; the Raft log is in 64 MiB segment files, not in memory); kvd / memcached ="
   echo "$(ratio $kv_rss $mc_rss) (target ≤ 1)."
 } > "$out"
 cat "$out"
