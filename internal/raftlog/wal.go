@@ -250,9 +250,11 @@ func closeIfOpen(f vfs.File) error {
 // recycle retires the oldest segments whose entries are all compacted: they
 // become spares for the segments to come, or are removed beyond maxSpares.
 // Only a prefix of the segments is ever retired, and never the one written,
-// so the segments left are consecutive and hold the whole log. l.mu held.
+// so the segments left are consecutive and hold the whole log. Each
+// retirement is made durable before the next: a file system may otherwise
+// persist a later rename without an earlier one, leaving a gap that Open
+// would take for damage. l.mu held.
 func (l *Log) recycle() error {
-	changed := false
 	for len(l.segs) > 1 && l.segs[0].maxEntry <= l.compaction.GetIndex() {
 		s := l.segs[0]
 		// A file shorter than a segment was created and only partly
@@ -275,12 +277,11 @@ func (l *Log) recycle() error {
 		} else if err := l.fs.Remove(name); err != nil {
 			return fmt.Errorf("remove segment %d: %w", s.seq, err)
 		}
-		changed = true
+		if err := l.syncDir(); err != nil {
+			return fmt.Errorf("recycle segment %d: %w", s.seq, err)
+		}
 	}
-	if !changed {
-		return nil
-	}
-	return l.syncDir()
+	return nil
 }
 
 func (l *Log) syncDir() error {
