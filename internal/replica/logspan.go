@@ -4,14 +4,13 @@ package replica
 // of the log, so that compaction can bound the log behind the applied index
 // by bytes as well as by entries.
 //
-// Why bytes: the raft log is a Pebble store whose entries are written once
-// to its WAL and then, if they are still live when their memtable fills,
-// again into sstables and compactions. An entry compacted away while its
-// memtable is still in memory is dropped by the flush and never written
-// again. A count alone cannot keep that true: 15,000 entries of 512 bytes
-// are 9 MB, of 8 KiB values 125 MB, twice the memtable. Measured on unique
-// 8 KiB sets at 64 connections on a fresh node, alternating runs, bounding
-// the span by bytes took one node from 6,555-8,087 to 8,037-8,987 sets/s.
+// Why bytes: a count alone does not bound the disk the log holds. 15,000
+// entries of 512 bytes are 9 MB, of 8 KiB values 125 MB: two segment files
+// (raftlog) written, fsynced and kept for the same count. The bound was
+// first measured when the log was a Pebble store, where compacting entries
+// before their memtable flushed kept them from being written again: unique
+// 8 KiB sets at 64 connections on a fresh node, alternating runs, went from
+// 6,555-8,087 to 8,037-8,987 sets/s.
 type logSpan struct {
 	// marks are (index, bytes applied through index) at the end of apply
 	// batches since the last compaction, oldest first.
