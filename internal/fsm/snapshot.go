@@ -110,11 +110,18 @@ func pebbleOptions(cache *pebble.Cache, opts Options, logger *slog.Logger) *pebb
 			Enabled:     true,
 			MinimumSize: blobMinSize,
 			// A compaction that would make one sstable refer to more than
-			// ten blob files rewrites the values instead (reads stay cheap);
-			// a blob file is rewritten once a fifth of what it holds is
+			// 64 overlapping blob files rewrites the values instead. Every
+			// flush writes blob files across the key space of its writes,
+			// so a deep sstable gains about one per flush: at 10 the
+			// compactions below L0 copied the values over and over (in
+			// 30 s of 8 KiB sets Pebble's write amplification into L5 and
+			// L6 was about 200 at 10, 2 at 64) and the sets ran 15-20 %
+			// slower. A get reads one blob file whatever the depth
+			// (bench/RESULTS-core.md).
+			// A blob file is rewritten once a fifth of what it holds is
 			// garbage (overwritten or deleted values), but not before it is
 			// five minutes old, so churn is not copied over and over.
-			MaxBlobReferenceDepth: 10,
+			MaxBlobReferenceDepth: 64,
 			TargetGarbageRatio:    0.2,
 			// Five minutes, in nanoseconds: fsm does not import package
 			// time (internal/lint keeps apply free of clocks).
