@@ -134,3 +134,110 @@ func TestCommitOnlyHardStateIsNotSynced(t *testing.T) {
 	require.NoError(t, l.Save(hardState(3, 2, 9), nil))
 	require.Equal(t, synced+2, l.Stats().SyncCount)
 }
+
+// reorderFS models a file system that may persist directory changes out of
+// order until the directory is synced: it keeps the renames and removals
+// made since the last sync, so that a test can build the disk where only the
+// latest of them survived a crash. One directory is in play.
+type reorderFS struct {
+	vfs.FS
+	mem      *vfs.MemFS
+	unsynced []func(vfs.FS) error
+	// changed, when set, runs after each rename or removal.
+	changed func()
+}
+
+func (r *reorderFS) Rename(oldname, newname string) error {
+	if err := r.FS.Rename(oldname, newname); err != nil {
+		return err
+	}
+	return r.record(func(fs vfs.FS) error { return fs.Rename(oldname, newname) })
+}
+
+func (r *reorderFS) Remove(name string) error {
+	if err := r.FS.Remove(name); err != nil {
+		return err
+	}
+	return r.record(func(fs vfs.FS) error { return fs.Remove(name) })
+}
+
+func (r *reorderFS) record(change func(vfs.FS) error) error {
+	r.unsynced = append(r.unsynced, change)
+	if r.changed != nil {
+		r.changed()
+	}
+	return nil
+}
+
+func (r *reorderFS) OpenDir(name string) (vfs.File, error) {
+	f, err := r.FS.OpenDir(name)
+	if err != nil {
+		return nil, err
+	}
+	return &dirSyncFile{File: f, synced: func() { r.unsynced = nil }}, nil
+}
+
+// crashKeepingLast is the disk after a crash that kept what was synced
+// and, of the directory changes since, only the latest.
+func (r *reorderFS) crashKeepingLast(t *testing.T) *vfs.MemFS {
+	t.Helper()
+	after := r.mem.CrashClone(vfs.CrashCloneCfg{})
+	if n := len(r.unsynced); n > 0 {
+		require.NoError(t, r.unsynced[n-1](after))
+	}
+	return after
+}
+
+type dirSyncFile struct {
+	vfs.File
+	synced func()
+}
+
+func (f *dirSyncFile) Sync() error {
+	if err := f.File.Sync(); err != nil {
+		return err
+	}
+	f.synced()
+	return nil
+}
+
+// Moving on to a new segment retires every segment the log was compacted
+// past, oldest first, by renaming it to a spare or removing it. A crash in
+// the middle, on a file system that kept a later directory change and not
+// an earlier one, must still leave consecutive segments: a gap is what Open
+// refuses as damage.
+func TestCrashWhileRetiringSegmentsLeavesNoGap(t *testing.T) {
+	for _, spares := range []int{0, 8} { // removals; renames to spares
+		mem := vfs.NewCrashableMem()
+		fs := &reorderFS{FS: mem, mem: mem}
+		const dir = "/data/raft"
+		opts := Options{FS: fs, SegmentBytes: 2048, SpareSegments: spares}
+		l, err := Open(dir, nil, opts)
+		require.NoError(t, err)
+		for i := uint64(1); i <= 400; i += 4 {
+			require.NoError(t, l.Save(hardState(1, 1, i+3), entries(i, i+3, 1)))
+		}
+		require.Greater(t, len(l.segs), 6, "spares %d: the test needs many segments to retire", spares)
+		require.NoError(t, l.Compact(390, nil))
+
+		changes, acked := 0, uint64(400)
+		fs.changed = func() {
+			changes++
+			after := fs.crashKeepingLast(t)
+			l2, err := Open(dir, nil, Options{FS: after, SegmentBytes: 2048, SpareSegments: spares})
+			require.NoError(t, err, "spares %d: crash after %d renames or removals", spares, changes)
+			last, err := l2.LastIndex()
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, last, acked)
+			require.NoError(t, l2.Close())
+		}
+		first := l.segs[len(l.segs)-1].seq
+		for i := acked + 1; l.segs[len(l.segs)-1].seq == first; i++ {
+			require.NoError(t, l.Save(hardState(1, 1, i), entries(i, i, 1)))
+			acked = i
+		}
+		fs.changed = nil
+		require.Greater(t, changes, 3, "spares %d: too few segments were retired", spares)
+		require.NoError(t, l.Close())
+	}
+}
