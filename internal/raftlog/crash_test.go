@@ -140,37 +140,37 @@ func TestCommitOnlyHardStateIsNotSynced(t *testing.T) {
 // made since the last sync, so that a test can build the disk where only the
 // latest of them survived a crash. One directory is in play.
 type reorderFS struct {
-	vfs.FS
-	mem      *vfs.MemFS
+	*vfs.MemFS
 	unsynced []func(vfs.FS) error
 	// changed, when set, runs after each rename or removal.
 	changed func()
 }
 
 func (r *reorderFS) Rename(oldname, newname string) error {
-	if err := r.FS.Rename(oldname, newname); err != nil {
+	if err := r.MemFS.Rename(oldname, newname); err != nil {
 		return err
 	}
-	return r.record(func(fs vfs.FS) error { return fs.Rename(oldname, newname) })
+	r.record(func(fs vfs.FS) error { return fs.Rename(oldname, newname) })
+	return nil
 }
 
 func (r *reorderFS) Remove(name string) error {
-	if err := r.FS.Remove(name); err != nil {
+	if err := r.MemFS.Remove(name); err != nil {
 		return err
 	}
-	return r.record(func(fs vfs.FS) error { return fs.Remove(name) })
+	r.record(func(fs vfs.FS) error { return fs.Remove(name) })
+	return nil
 }
 
-func (r *reorderFS) record(change func(vfs.FS) error) error {
+func (r *reorderFS) record(change func(vfs.FS) error) {
 	r.unsynced = append(r.unsynced, change)
 	if r.changed != nil {
 		r.changed()
 	}
-	return nil
 }
 
 func (r *reorderFS) OpenDir(name string) (vfs.File, error) {
-	f, err := r.FS.OpenDir(name)
+	f, err := r.MemFS.OpenDir(name)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +181,7 @@ func (r *reorderFS) OpenDir(name string) (vfs.File, error) {
 // and, of the directory changes since, only the latest.
 func (r *reorderFS) crashKeepingLast(t *testing.T) *vfs.MemFS {
 	t.Helper()
-	after := r.mem.CrashClone(vfs.CrashCloneCfg{})
+	after := r.CrashClone(vfs.CrashCloneCfg{})
 	if n := len(r.unsynced); n > 0 {
 		require.NoError(t, r.unsynced[n-1](after))
 	}
@@ -208,8 +208,7 @@ func (f *dirSyncFile) Sync() error {
 // refuses as damage.
 func TestCrashWhileRetiringSegmentsLeavesNoGap(t *testing.T) {
 	for _, spares := range []int{0, 8} { // removals; renames to spares
-		mem := vfs.NewCrashableMem()
-		fs := &reorderFS{FS: mem, mem: mem}
+		fs := &reorderFS{MemFS: vfs.NewCrashableMem()}
 		const dir = "/data/raft"
 		opts := Options{FS: fs, SegmentBytes: 2048, SpareSegments: spares}
 		l, err := Open(dir, nil, opts)
