@@ -7,10 +7,10 @@ import (
 	"time"
 )
 
-// readBatcher turns many concurrent linearizable reads into one ReadIndex
-// request per Ready-loop iteration: readers join the open batch; the loop
-// closes it, asks raft for a read index, and releases the whole batch once
-// the state machine has applied that index.
+// readBatcher turns many concurrent linearizable reads into few ReadIndex
+// rounds: readers join the open batch; the loop closes it when no earlier
+// round is in flight (roundInFlight), asks raft for a read index, and
+// releases the whole batch once the state machine has applied that index.
 type readBatcher struct {
 	mu   sync.Mutex
 	open []chan error // readers waiting for the next ReadIndex request
@@ -54,6 +54,34 @@ func (b *readBatcher) take() []chan error {
 	b.open = nil
 	b.mu.Unlock()
 	return readers
+}
+
+// roundInFlight reports whether a ReadIndex round that carries readers is
+// still waiting for raft's answer; the open batch then waits for it, as
+// etcd's read loop does. Each round costs every member a heartbeat exchange
+// (a follower's also a request to the leader and its answer), so a round per
+// Ready-loop iteration spent most of a cluster's CPU on rounds of a handful
+// of readers each. With one round in flight, each carries every reader that
+// came during the last: the rounds per second stay near one per round trip
+// however many readers there are, and a lone reader never waits for another.
+// A round unanswered after retryAfter (its request or answer lost on the
+// way) holds the next one back no longer: its readers are told to retry.
+func (b *readBatcher) roundInFlight(now time.Time, retryAfter time.Duration) bool {
+	busy := false
+	for id, req := range b.inflight {
+		if len(req.readers) == 0 {
+			continue // a lease renewal: nobody waits for it
+		}
+		if now.Sub(req.sentAt) < retryAfter {
+			busy = true
+			continue
+		}
+		for _, ch := range req.readers {
+			ch <- errReadRetry
+		}
+		delete(b.inflight, id)
+	}
+	return busy
 }
 
 // request registers a ReadIndex request for readers (none for a lease

@@ -548,14 +548,19 @@ func (r *Replica) run() {
 		case <-r.stopc:
 			return
 		}
-		r.flushProposals()
-		if readers := r.reads.take(); len(readers) > 0 {
-			r.readIndex(readers)
-		}
-		for r.rn.HasReady() {
-			if err := r.handleReady(r.rn.Ready()); err != nil {
-				r.fail(err)
-				return
+		// A Ready may answer the read round in flight, and then the readers
+		// who joined meanwhile start the next one at once.
+		for {
+			r.flushProposals()
+			r.startReads()
+			if !r.rn.HasReady() {
+				break
+			}
+			for r.rn.HasReady() {
+				if err := r.handleReady(r.rn.Ready()); err != nil {
+					r.fail(err)
+					return
+				}
 			}
 		}
 		r.publishStatus()
@@ -643,6 +648,18 @@ func (r *Replica) gather(n int) {
 		}
 	}
 	r.gatherBackoff = 0
+}
+
+// startReads sends the open batch of readers on its way unless a round
+// is in flight (readBatcher.roundInFlight).
+func (r *Replica) startReads() {
+	retry := time.Duration(r.cfg.ElectionTicks) * r.cfg.TickInterval / 2
+	if r.reads.roundInFlight(time.Now(), retry) {
+		return
+	}
+	if readers := r.reads.take(); len(readers) > 0 {
+		r.readIndex(readers)
+	}
 }
 
 // readIndex finds the index a batch of readers must wait for: the commit

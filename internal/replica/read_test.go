@@ -1,0 +1,180 @@
+package replica
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/kvd-project/kvd/internal/transport"
+)
+
+func TestRoundInFlight(t *testing.T) {
+	const retry = 100 * time.Millisecond
+	now := time.Unix(1000, 0)
+	cases := []struct {
+		name     string
+		inflight []inflightRead
+		busy     bool
+		retried  int // readers told to retry
+		left     int // requests still in flight afterwards
+	}{
+		{name: "nothing in flight"},
+		{name: "a young round with readers", inflight: []inflightRead{{readers: readers(3), sentAt: now.Add(-retry / 2)}},
+			busy: true, left: 1},
+		{name: "a lease renewal holds nobody back", inflight: []inflightRead{{sentAt: now.Add(-retry / 2)}},
+			left: 1},
+		{name: "a stale round is given up", inflight: []inflightRead{{readers: readers(2), sentAt: now.Add(-retry)}},
+			retried: 2},
+		{name: "a stale round and a young one", inflight: []inflightRead{
+			{readers: readers(2), sentAt: now.Add(-2 * retry)},
+			{readers: readers(1), sentAt: now.Add(-retry / 10)},
+		}, busy: true, retried: 2, left: 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newReadBatcher()
+			for _, req := range tc.inflight {
+				b.request(req.readers, req.sentAt, 1)
+			}
+			require.Equal(t, tc.busy, b.roundInFlight(now, retry))
+			retried := 0
+			for _, req := range tc.inflight {
+				for _, ch := range req.readers {
+					select {
+					case err := <-ch:
+						require.ErrorIs(t, err, errReadRetry)
+						retried++
+					default:
+					}
+				}
+			}
+			require.Equal(t, tc.retried, retried, "readers told to retry")
+			require.Len(t, b.inflight, tc.left, "requests left in flight")
+		})
+	}
+}
+
+func readers(n int) []chan error {
+	out := make([]chan error, n)
+	for i := range out {
+		out[i] = make(chan error, 1)
+	}
+	return out
+}
+
+// readIndexGate stands between a replica and its transport: it counts the
+// ReadIndex requests the replica sends (the readiness probe's aside), drops
+// the first `drop` of them, and, while holding, keeps them back until
+// release.
+type readIndexGate struct {
+	Transport
+	mu      sync.Mutex
+	sent    int
+	drop    int
+	holding bool
+	held    []*pb.Message
+}
+
+func (g *readIndexGate) Send(msgs []*pb.Message) {
+	out := make([]*pb.Message, 0, len(msgs))
+	g.mu.Lock()
+	for _, m := range msgs {
+		if m.GetType() != pb.MsgReadIndex || len(m.GetEntries()) != 1 || string(m.GetEntries()[0].GetData()) == readyProbe {
+			out = append(out, m)
+			continue
+		}
+		g.sent++
+		switch {
+		case g.drop > 0:
+			g.drop--
+		case g.holding:
+			g.held = append(g.held, m)
+		default:
+			out = append(out, m)
+		}
+	}
+	g.mu.Unlock()
+	g.Transport.Send(out)
+}
+
+func (g *readIndexGate) count() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.sent
+}
+
+func (g *readIndexGate) release() {
+	g.mu.Lock()
+	held := g.held
+	g.held, g.holding = nil, false
+	g.mu.Unlock()
+	g.Transport.Send(held)
+}
+
+// startTrioGated starts a three-voter group whose members' ReadIndex
+// requests pass through gates, and returns a follower and its gate.
+func startTrioGated(t *testing.T) (*Replica, *readIndexGate) {
+	t.Helper()
+	net := transport.NewMemNetwork()
+	t.Cleanup(net.Close)
+	gates := map[NodeID]*readIndexGate{}
+	reps, lead := startTrio(t, net, func(id NodeID, tr Transport) Transport {
+		g := &readIndexGate{Transport: tr}
+		gates[id] = g
+		return g
+	})
+	f := reps[(lead+1)%3]
+	return f, gates[f.Status().ID]
+}
+
+// TestReadersWaitForTheRoundInFlight: readers who arrive while a ReadIndex
+// round is in flight do not start rounds of their own; they all go in the
+// next one, sent as soon as the first is answered, and every reader is
+// released.
+func TestReadersWaitForTheRoundInFlight(t *testing.T) {
+	f, gate := startTrioGated(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	gate.mu.Lock()
+	gate.holding = true
+	gate.mu.Unlock()
+	first := make(chan error, 1)
+	go func() { first <- f.ReadBarrier(ctx) }()
+	require.Eventually(t, func() bool { return gate.count() == 1 }, 5*time.Second, time.Millisecond)
+
+	const n = 20
+	errs := make(chan error, n)
+	for range n {
+		go func() { errs <- f.ReadBarrier(ctx) }()
+	}
+	// Every one of them has joined the open batch and woken the loop.
+	require.Eventually(t, func() bool {
+		f.reads.mu.Lock()
+		defer f.reads.mu.Unlock()
+		return len(f.reads.open) == n
+	}, 5*time.Second, time.Millisecond)
+	gate.release()
+	require.NoError(t, <-first)
+	for range n {
+		require.NoError(t, <-errs)
+	}
+	require.Equal(t, 2, gate.count(), "ReadIndex requests: the held one and one for the %d readers behind it", n)
+}
+
+// TestLostReadRoundIsRetried: a ReadIndex request lost on the way holds the
+// next round back only until the retry time; its reader is then served by a
+// new round, well within its own deadline.
+func TestLostReadRoundIsRetried(t *testing.T) {
+	f, gate := startTrioGated(t)
+	gate.mu.Lock()
+	gate.drop = 1
+	gate.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, f.ReadBarrier(ctx))
+	require.Equal(t, 2, gate.count(), "ReadIndex requests: the lost one and its retry")
+}
