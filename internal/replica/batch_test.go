@@ -81,16 +81,7 @@ func proposeQueued(t *testing.T, r *Replica, first uint64, n int) (wait func() [
 // batch (at most maxBatchEntries entries each), not one message apiece, and
 // every one of them is applied.
 func TestFollowerForwardsQueuedProposalsAsOneMessage(t *testing.T) {
-	net := transport.NewMemNetwork()
-	defer net.Close()
-	counters := map[NodeID]*propCounter{}
-	reps, lead := startTrio(t, net, func(id NodeID, tr Transport) Transport {
-		c := &propCounter{Transport: tr}
-		counters[id] = c
-		return c
-	})
-	f := reps[(lead+1)%3]
-	c := counters[f.Status().ID]
+	f, c := followerWrapped(t, func(tr Transport) *propCounter { return &propCounter{Transport: tr} })
 
 	cases := []struct{ proposals, messages int }{
 		{64, 1},

@@ -115,28 +115,30 @@ func (g *readIndexGate) release() {
 	g.Transport.Send(held)
 }
 
-// startTrioGated starts a three-voter group whose members' ReadIndex
-// requests pass through gates, and returns a follower and its gate.
-func startTrioGated(t *testing.T) (*Replica, *readIndexGate) {
+// followerWrapped starts a three-voter group whose members' transports
+// are wrapped by wrap, and returns a follower and its wrapper.
+func followerWrapped[W Transport](t *testing.T, wrap func(Transport) W) (*Replica, W) {
 	t.Helper()
 	net := transport.NewMemNetwork()
 	t.Cleanup(net.Close)
-	gates := map[NodeID]*readIndexGate{}
+	wrappers := map[NodeID]W{}
 	reps, lead := startTrio(t, net, func(id NodeID, tr Transport) Transport {
-		g := &readIndexGate{Transport: tr}
-		gates[id] = g
-		return g
+		w := wrap(tr)
+		wrappers[id] = w
+		return w
 	})
 	f := reps[(lead+1)%3]
-	return f, gates[f.Status().ID]
+	return f, wrappers[f.Status().ID]
 }
+
+func gated(tr Transport) *readIndexGate { return &readIndexGate{Transport: tr} }
 
 // TestReadersWaitForTheRoundInFlight: readers who arrive while a ReadIndex
 // round is in flight do not start rounds of their own; they all go in the
 // next one, sent as soon as the first is answered, and every reader is
 // released.
 func TestReadersWaitForTheRoundInFlight(t *testing.T) {
-	f, gate := startTrioGated(t)
+	f, gate := followerWrapped(t, gated)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	gate.mu.Lock()
@@ -169,7 +171,7 @@ func TestReadersWaitForTheRoundInFlight(t *testing.T) {
 // next round back only until the retry time; its reader is then served by a
 // new round, well within its own deadline.
 func TestLostReadRoundIsRetried(t *testing.T) {
-	f, gate := startTrioGated(t)
+	f, gate := followerWrapped(t, gated)
 	gate.mu.Lock()
 	gate.drop = 1
 	gate.mu.Unlock()
