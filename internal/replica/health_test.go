@@ -14,8 +14,9 @@ import (
 
 // startTrio starts a three-voter group on an in-process network and
 // returns its replicas (index i is node i+1) and the index of the leader.
-// wrap, if not nil, stands between each replica and its transport.
-func startTrio(t *testing.T, net *transport.MemNetwork, wrap func(NodeID, Transport) Transport) ([]*Replica, int) {
+// wrap, if not nil, stands between each replica and its transport; tweaks
+// change the replicas' configuration.
+func startTrio(t *testing.T, net *transport.MemNetwork, wrap func(NodeID, Transport) Transport, tweaks ...func(*Config)) ([]*Replica, int) {
 	t.Helper()
 	peers := []NodeID{1, 2, 3}
 	reps := make([]*Replica, len(peers))
@@ -30,8 +31,11 @@ func startTrio(t *testing.T, net *transport.MemNetwork, wrap func(NodeID, Transp
 		}
 		// Thirty ticks to an election: a loaded machine must not cost the
 		// leader its leadership mid-test.
-		r, err := Start(Config{ID: id, Peers: peers, TickInterval: 10 * time.Millisecond, ElectionTicks: 30},
-			l, &echoSM{}, rt, slog.New(slog.DiscardHandler))
+		cfg := Config{ID: id, Peers: peers, TickInterval: 10 * time.Millisecond, ElectionTicks: 30}
+		for _, tweak := range tweaks {
+			tweak(&cfg)
+		}
+		r, err := Start(cfg, l, &echoSM{}, rt, slog.New(slog.DiscardHandler))
 		require.NoError(t, err)
 		h.Bind(r)
 		reps[i] = r

@@ -117,7 +117,7 @@ func (g *readIndexGate) release() {
 
 // followerWrapped starts a three-voter group whose members' transports
 // are wrapped by wrap, and returns a follower and its wrapper.
-func followerWrapped[W Transport](t *testing.T, wrap func(Transport) W) (*Replica, W) {
+func followerWrapped[W Transport](t *testing.T, wrap func(Transport) W, tweaks ...func(*Config)) (*Replica, W) {
 	t.Helper()
 	net := transport.NewMemNetwork()
 	t.Cleanup(net.Close)
@@ -126,7 +126,7 @@ func followerWrapped[W Transport](t *testing.T, wrap func(Transport) W) (*Replic
 		w := wrap(tr)
 		wrappers[id] = w
 		return w
-	})
+	}, tweaks...)
 	f := reps[(lead+1)%3]
 	return f, wrappers[f.Status().ID]
 }
@@ -138,7 +138,9 @@ func gated(tr Transport) *readIndexGate { return &readIndexGate{Transport: tr} }
 // next one, sent as soon as the first is answered, and every reader is
 // released.
 func TestReadersWaitForTheRoundInFlight(t *testing.T) {
-	f, gate := followerWrapped(t, gated)
+	// The held round must not be given up while the test holds it, however
+	// slow the machine.
+	f, gate := followerWrapped(t, gated, func(c *Config) { c.ReadRetry = time.Hour })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	gate.mu.Lock()
@@ -171,7 +173,7 @@ func TestReadersWaitForTheRoundInFlight(t *testing.T) {
 // next round back only until the retry time; its reader is then served by a
 // new round, well within its own deadline.
 func TestLostReadRoundIsRetried(t *testing.T) {
-	f, gate := followerWrapped(t, gated)
+	f, gate := followerWrapped(t, gated, func(c *Config) { c.ReadRetry = 50 * time.Millisecond })
 	gate.mu.Lock()
 	gate.drop = 1
 	gate.mu.Unlock()

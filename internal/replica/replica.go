@@ -126,6 +126,10 @@ type Config struct {
 	MaxPending int
 	// MaxUncommittedBytes bounds the leader's uncommitted log tail.
 	MaxUncommittedBytes uint64
+	// ReadRetry is how long a ReadIndex round may go unanswered before its
+	// readers retry in a new one (readBatcher.roundInFlight); the default is
+	// half an election timeout.
+	ReadRetry time.Duration
 }
 
 // WithDefaults returns c with zero fields set to kvd's defaults.
@@ -156,6 +160,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxUncommittedBytes == 0 {
 		c.MaxUncommittedBytes = 256 << 20
+	}
+	if c.ReadRetry == 0 {
+		c.ReadRetry = time.Duration(c.ElectionTicks) * c.TickInterval / 2
 	}
 	return c
 }
@@ -653,8 +660,7 @@ func (r *Replica) gather(n int) {
 // startReads sends the open batch of readers on its way unless a round
 // is in flight (readBatcher.roundInFlight).
 func (r *Replica) startReads() {
-	retry := time.Duration(r.cfg.ElectionTicks) * r.cfg.TickInterval / 2
-	if r.reads.roundInFlight(time.Now(), retry) {
+	if r.reads.roundInFlight(time.Now(), r.cfg.ReadRetry) {
 		return
 	}
 	if readers := r.reads.take(); len(readers) > 0 {
