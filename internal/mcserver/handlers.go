@@ -4,6 +4,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvd-project/kvd/internal/command"
@@ -234,47 +235,107 @@ func (c *conn) get(req *mcproto.Request) *reply {
 
 // gat touches every key through the log (it changes expiry) and returns the
 // hits, in key order.
+//
+// A touch comes back with its item's value, so a gat's touches hold their
+// values until the reply is written. A gat of many keys is therefore
+// proposed gatChunk keys at a time, each chunk's hits streamed before the
+// chunk after next is proposed: at most two chunks' values wait in memory,
+// as get keeps at most a budget of its values, where proposing every key
+// at once held them all (a 1 MiB line names about 4,000 keys of 250 bytes,
+// or the same 1 MiB item over and over).
 func (c *conn) gat(req *mcproto.Request) *reply {
 	st := c.s.stats
 	st.CmdTouch.Add(uint64(len(req.Keys)))
 	st.CmdGet.Add(uint64(len(req.Keys)))
-	keys := make([][]byte, len(req.Keys))
-	calls := make([]*kv.Call, len(req.Keys))
-	for i, k := range req.Keys {
-		keys[i] = append([]byte(nil), k...)
-		call, err := c.submit(&command.Command{Op: command.OpGAT, Key: k, Exptime: req.Exptime})
+	g := &gatReply{c: c, withCAS: req.Command == mcproto.CmdGats, which: req.Command, exptime: req.Exptime}
+	var prev *reply // the chunk before the last one proposed
+	keys := req.Keys
+	for {
+		n := min(len(keys), gatChunk)
+		last := n == len(keys)
+		rp, ok := g.chunk(keys[:n], last)
+		if !ok || last {
+			return rp
+		}
+		c.send(rp)
+		keys = keys[n:]
+		if prev != nil {
+			<-prev.done
+		}
+		prev = rp
+		if g.failed.Load() || c.broken.Load() {
+			return &reply{} // the reply has ended, or nobody reads it
+		}
+	}
+}
+
+// gatChunk is how many of a gat's keys are proposed together.
+const gatChunk = 16
+
+// gatReply is one gat's state across its chunks.
+type gatReply struct {
+	c       *conn
+	withCAS bool
+	which   mcproto.Command
+	exptime int64
+	// failed: a chunk's reply ended in an error line, which ends the whole
+	// reply; later chunks add nothing. Set by the writer, read by the reader
+	// once the chunk is written.
+	failed atomic.Bool
+}
+
+// chunk proposes the touches of keys and returns the reply that renders
+// their hits, and END when last. A refusal midway (ok false) returns the
+// reply that ends the gat with the error, after the touches it had already
+// proposed.
+func (g *gatReply) chunk(keys [][]byte, last bool) (rp *reply, ok bool) {
+	c, st := g.c, g.c.s.stats
+	copies := make([][]byte, len(keys))
+	calls := make([]*kv.Call, len(keys))
+	for i, k := range keys {
+		copies[i] = append([]byte(nil), k...)
+		call, err := c.submit(&command.Command{Op: command.OpGAT, Key: k, Exptime: g.exptime})
 		if err != nil {
 			// The touches already proposed go ahead; the error comes after
 			// them, in their place, as every reply on a connection does.
 			st.ServerErrors.Add(1)
-			st.count(req.Command, ResultServerError, 1)
+			st.count(g.which, ResultServerError, 1)
 			return c.pending(calls[:i], func(dst []byte, _ []kv.Result, _ error) []byte {
+				if g.failed.Swap(true) {
+					return dst
+				}
 				return errorReply(dst, err)
-			})
+			}), false
 		}
 		calls[i] = call
 	}
-	withCAS, which := req.Command == mcproto.CmdGats, req.Command
 	return c.pending(calls, func(dst []byte, res []kv.Result, err error) []byte {
+		if g.failed.Load() {
+			return dst
+		}
 		if err != nil {
+			g.failed.Store(true)
 			st.ServerErrors.Add(1)
-			st.count(which, ResultServerError, 1)
+			st.count(g.which, ResultServerError, 1)
 			return errorReply(dst, err)
 		}
 		for i, r := range res {
 			if r.Status != kv.StatusHit {
 				st.TouchMisses.Add(1)
 				st.GetMisses.Add(1)
-				st.count(which, ResultMiss, 1)
+				st.count(g.which, ResultMiss, 1)
 				continue
 			}
 			st.TouchHits.Add(1)
 			st.GetHits.Add(1)
-			st.count(which, ResultHit, 1)
-			dst = mcproto.AppendValue(dst, keys[i], r.Item.Flags, r.Item.Value, r.Item.CAS, withCAS)
+			st.count(g.which, ResultHit, 1)
+			dst = mcproto.AppendValue(dst, copies[i], r.Item.Flags, r.Item.Value, r.Item.CAS, g.withCAS)
 		}
-		return mcproto.AppendEnd(dst)
-	})
+		if last {
+			dst = mcproto.AppendEnd(dst)
+		}
+		return dst
+	}), true
 }
 
 // statsGeneral answers `stats`. Running totals (t) are shown since the

@@ -1,6 +1,7 @@
 package mcserver_test
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/kvd-project/kvd/internal/config"
 	"github.com/kvd-project/kvd/internal/mcproto"
+	"github.com/kvd-project/kvd/internal/mcserver"
 )
 
 // TestGatRefusedMidwayGivesBackItsPlaces: a gat of more keys than the node
@@ -35,6 +37,69 @@ func TestGatRefusedMidwayGivesBackItsPlaces(t *testing.T) {
 	}
 	for i := range 8 {
 		require.Equal(t, []string{"STORED"}, c.do("set after"+strings.Repeat("x", i)+" 0 0 1\r\ny\r\n", "STORED"), "set %d after the gats", i)
+	}
+}
+
+// TestLargeGatIsAnsweredInChunks: a gat of many more keys than may be in
+// flight at once is proposed a chunk at a time, so it is answered whole,
+// never refused as busy, with every hit in key order and one END: the same
+// items a get of the same line returns. Before, every touch was proposed
+// at once, holding every value until the reply was written, and 200 keys
+// against --max-pending 40 were refused.
+func TestLargeGatIsAnsweredInChunks(t *testing.T) {
+	n := startNode(t, func(c *config.Config) { c.MaxPending = 40 })
+	c := dial(t, n.MemcacheAddr())
+	var keys []string
+	for i := range 100 {
+		k := fmt.Sprintf("key%d", i)
+		keys = append(keys, k)
+		if i%3 != 0 { // a third are misses
+			v := fmt.Sprintf("value%d", i)
+			require.Equal(t, []string{"STORED"}, c.do(fmt.Sprintf("set %s %d 0 %d\r\n%s\r\n", k, i, len(v), v), "STORED"))
+		}
+	}
+	line := strings.Join(keys, " ") + " " + strings.Join(keys, " ") // 200 keys, each twice
+	want := c.do("get " + line + "\r\n")
+	require.Len(t, want, 2*2*66+1, "VALUE and data lines of 132 hits, then END")
+	require.Equal(t, want, c.do("gat 1000 "+line+"\r\n"))
+
+	got := c.do("gats 1000 " + line + "\r\n")
+	require.Len(t, got, len(want))
+	for i := 0; i < len(want)-1; i += 2 {
+		w, g := strings.Fields(want[i]), strings.Fields(got[i])
+		require.Equal(t, w, g[:len(w)], "line %d, with its CAS after", i)
+		require.Len(t, g, len(w)+1)
+		require.Equal(t, want[i+1], got[i+1])
+	}
+	require.Equal(t, "END", got[len(got)-1])
+}
+
+// TestGatRefusedInALaterChunkEndsItsReply: when a chunk after the first is
+// refused (busy), the hits already streamed stand and the error line ends
+// the reply; nothing of the gat follows it, so the next request's reply
+// is the next thing the client reads.
+func TestGatRefusedInALaterChunkEndsItsReply(t *testing.T) {
+	n := startNode(t, func(c *config.Config) { c.MaxPending = mcserver.GatChunk + 4 })
+	c := dial(t, n.MemcacheAddr())
+	var keys []string
+	for i := range 5 * mcserver.GatChunk {
+		k := fmt.Sprintf("key%d", i)
+		keys = append(keys, k)
+		require.Equal(t, []string{"STORED"}, c.do("set "+k+" 0 0 1\r\nx\r\n", "STORED"))
+	}
+	for i := range 5 {
+		reply := c.do("gat 100 " + strings.Join(keys, " ") + "\r\n")
+		// Whether a chunk is refused depends on how fast the earlier ones
+		// are applied; either ending is right, and what follows is the test.
+		last := reply[len(reply)-1]
+		if last != "END" {
+			require.Equal(t, "SERVER_ERROR busy: too many requests in flight", last)
+		}
+		for j := 0; j < len(reply)-1; j += 2 {
+			require.Equal(t, fmt.Sprintf("VALUE %s 0 1", keys[j/2]), reply[j])
+			require.Equal(t, "x", reply[j+1])
+		}
+		require.Equal(t, []string{"STORED"}, c.do(fmt.Sprintf("set after%d 0 0 1\r\ny\r\n", i), "STORED"), "set %d after the gats", i)
 	}
 }
 

@@ -1,0 +1,4 @@
+package mcserver
+
+// GatChunk is gatChunk, for the black-box tests.
+const GatChunk = gatChunk
