@@ -19,7 +19,7 @@ type nodeCollector struct {
 	hasLeader, isLeader, ready, term, commit, applied, leaderChanges, pending *prometheus.Desc
 	members, role                                                             *prometheus.Desc
 	proposalsApplied, proposalsFailed                                         *prometheus.Desc
-	leaseReads                                                                *prometheus.Desc
+	leaseReads, readRounds, readRoundReads                                    *prometheus.Desc
 	syncedEntries, syncedBatches, gatherHolds                                 *prometheus.Desc
 	// raft log
 	fsync, firstIndex, lastIndex, diskReads, tailEntries, tailBytes, segments *prometheus.Desc
@@ -53,6 +53,8 @@ func newNodeCollector(src Sources, requests *requestCounts) *nodeCollector {
 		proposalsApplied: desc("raft", "proposals_applied_total", "Proposals made on this node that were committed and applied."),
 		proposalsFailed:  desc("raft", "proposals_failed_total", "Proposals made on this node that failed: refused (busy, no leader), timed out, or of unknown outcome after a leader change."),
 		leaseReads:       desc("raft", "lease_read_batches_total", "Read batches in --read-consistency=lease mode on this node, by how they were answered: lease (from the leader's read lease) or read_index (a ReadIndex round).", "via"),
+		readRounds:       desc("raft", "read_index_rounds_total", "ReadIndex rounds this node started for linearizable reads (one in flight at a time); kvd_raft_read_index_reads_total divided by it is the reads one round answers."),
+		readRoundReads:   desc("raft", "read_index_reads_total", "Linearizable reads carried by the ReadIndex rounds this node started (a read retried after a lost round counts again)."),
 		syncedEntries:    desc("raft", "log_synced_entries_total", "Entries written to the raft log in fsynced batches; divided by kvd_raft_log_synced_batches_total, the entries one fsync covers (group commit)."),
 		syncedBatches:    desc("raft", "log_synced_batches_total", "Fsynced raft log batches that carried entries."),
 		gatherHolds:      desc("raft", "group_commit_holds_total", "Batches the leader held open, for at most half an fsync's time, for the writers it had just answered, so that one fsync covers them too."),
@@ -99,7 +101,8 @@ func newNodeCollector(src Sources, requests *requestCounts) *nodeCollector {
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.hasLeader, c.isLeader, c.ready, c.term, c.commit, c.applied, c.leaderChanges, c.pending, c.members, c.role,
-		c.proposalsApplied, c.proposalsFailed, c.leaseReads, c.syncedEntries, c.syncedBatches, c.gatherHolds,
+		c.proposalsApplied, c.proposalsFailed, c.leaseReads, c.readRounds, c.readRoundReads,
+		c.syncedEntries, c.syncedBatches, c.gatherHolds,
 		c.fsync, c.firstIndex, c.lastIndex, c.diskReads, c.tailEntries, c.tailBytes, c.segments,
 		c.fsmApplied, c.diskUsage, c.items, c.valueBytes, c.compactionDebt, c.cacheHits, c.cacheMisses,
 		c.itemCacheLookups, c.itemCacheBytes, c.keyFilterSkips, c.keyFilterBytes,
@@ -142,6 +145,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.proposalsFailed, float64(st.ProposalsFailed))
 	counter(c.leaseReads, float64(st.LeaseReads), "lease")
 	counter(c.leaseReads, float64(st.LeaseFallbacks), "read_index")
+	counter(c.readRounds, float64(st.ReadRounds))
+	counter(c.readRoundReads, float64(st.ReadRoundReads))
 	counter(c.syncedEntries, float64(st.SyncedEntries))
 	counter(c.syncedBatches, float64(st.SyncedBatches))
 	counter(c.gatherHolds, float64(st.GatherHolds))

@@ -224,6 +224,9 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	require.Equal(t, 0.0, value(t, after, "kvd_raft_proposals_pending"))
 	require.GreaterOrEqual(t, value(t, after, "kvd_raft_proposals_applied_total")-value(t, before, "kvd_raft_proposals_applied_total"), 7.0)
 	require.Equal(t, 0.0, value(t, after, "kvd_raft_proposals_failed_total"))
+	// A lone voter reads its own state: no ReadIndex round for the gets.
+	require.Equal(t, 0.0, value(t, after, "kvd_raft_read_index_rounds_total"))
+	require.Equal(t, 0.0, value(t, after, "kvd_raft_read_index_reads_total"))
 
 	// Storage: 5 HTTP items (m1 was deleted), 25 value bytes.
 	require.Equal(t, 5.0, value(t, after, "kvd_storage_items"))

@@ -167,6 +167,9 @@ func TestReadersWaitForTheRoundInFlight(t *testing.T) {
 		require.NoError(t, <-errs)
 	}
 	require.Equal(t, 2, gate.count(), "ReadIndex requests: the held one and one for the %d readers behind it", n)
+	st := f.Status()
+	require.Equal(t, uint64(2), st.ReadRounds)
+	require.Equal(t, uint64(n+1), st.ReadRoundReads)
 }
 
 // TestLostReadRoundIsRetried: a ReadIndex request lost on the way holds the

@@ -192,6 +192,10 @@ type Status struct {
 	// LeaseReads counts read batches the leader answered from its lease;
 	// LeaseFallbacks, those in lease mode that needed a ReadIndex round.
 	LeaseReads, LeaseFallbacks uint64
+	// ReadRounds counts the ReadIndex rounds this node started for
+	// linearizable reads, and ReadRoundReads the reads they answered: their
+	// ratio is how many reads one round carries.
+	ReadRounds, ReadRoundReads uint64
 	// SyncedEntries counts entries written in fsynced log batches, and
 	// SyncedBatches those batches: their ratio is what group commit
 	// achieves. GatherHolds counts the batches a leader held open for the
@@ -264,6 +268,7 @@ type Replica struct {
 	gatherSkip, gatherBackoff                 int // holds to skip, and the skip after the next fruitless one
 	gatherTimer                               *time.Timer
 	syncedEntries, syncedBatches, gatherHolds uint64
+	readRounds, readRoundReads                uint64
 	// Proposals taken in but not yet stepped into raft (batch), and their
 	// bytes: flushProposals steps them as one MsgProp.
 	batch      []proposal
@@ -679,6 +684,8 @@ func (r *Replica) readIndex(readers []chan error) {
 		r.reads.applied(r.sm.AppliedIndex())
 		return
 	}
+	r.readRounds++
+	r.readRoundReads += uint64(len(readers))
 	r.rn.ReadIndex(r.reads.request(readers, now, st.GetTerm()))
 }
 
@@ -1054,6 +1061,8 @@ func (r *Replica) publishStatus() {
 		Removed:        r.removed && r.sm.AppliedIndex() >= st.GetCommit(),
 		LeaseReads:     r.lease.served,
 		LeaseFallbacks: r.lease.fallback,
+		ReadRounds:     r.readRounds,
+		ReadRoundReads: r.readRoundReads,
 		SyncedEntries:  r.syncedEntries,
 		SyncedBatches:  r.syncedBatches,
 		GatherHolds:    r.gatherHolds,
