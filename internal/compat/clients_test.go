@@ -35,12 +35,20 @@ func TestMemccapableASCII(t *testing.T) {
 }
 
 // TestGomemcacheSuite runs the gomemcache package's own client tests against
-// a real kvd: a copy of the module from the module cache, with only the
-// server address it dials and its client's default timeout changed.
+// a real kvd.
 func TestGomemcacheSuite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds another module")
 	}
+	p := kvdproc.Start(t, t.TempDir())
+	runGomemcacheSuite(t, p.MemcacheAddr)
+}
+
+// runGomemcacheSuite runs gomemcache's own client tests against the server
+// at addr: a copy of the module from the module cache, with only the server
+// address it dials and its client's default timeout changed.
+func runGomemcacheSuite(t *testing.T, addr string) {
+	t.Helper()
 	dirOut, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/bradfitz/gomemcache").Output()
 	require.NoError(t, err, "locate gomemcache in the module cache")
 	src := strings.TrimSpace(string(dirOut))
@@ -53,13 +61,12 @@ func TestGomemcacheSuite(t *testing.T) {
 		return err
 	}))
 
-	p := kvdproc.Start(t, t.TempDir())
 	testFile := filepath.Join(dst, "memcache", "memcache_test.go")
 	b, err := os.ReadFile(testFile)
 	require.NoError(t, err)
 	const orig = `const localhostTCPAddr = "localhost:11211"`
 	require.Contains(t, string(b), orig, "gomemcache's test no longer names its server this way")
-	b = []byte(strings.Replace(string(b), orig, `const localhostTCPAddr = "`+p.MemcacheAddr+`"`, 1))
+	b = []byte(strings.Replace(string(b), orig, `const localhostTCPAddr = "`+addr+`"`, 1))
 	require.NoError(t, os.WriteFile(testFile, b, 0o644))
 	// The client's socket timeout, half a second, is shorter than a durable
 	// write can take on a loaded CI machine; what the suite checks is the
@@ -88,9 +95,10 @@ func TestConformanceKvd(t *testing.T) {
 	runConformance(t, p.MemcacheAddr)
 }
 
-// TestClientsAgainstClusterFollower points the conformance table and
-// memccapable at a follower of a 3-node cluster: every write is forwarded to
-// the leader and every read goes through ReadIndex.
+// TestClientsAgainstClusterFollower points the conformance table,
+// memccapable and gomemcache's suite at a follower of a 3-node cluster:
+// every write is forwarded to the leader and every read goes through
+// ReadIndex.
 func TestClientsAgainstClusterFollower(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
@@ -111,6 +119,7 @@ func TestClientsAgainstClusterFollower(t *testing.T) {
 		require.NoError(t, err, "memccapable on a follower:\n%s", out)
 		require.Contains(t, string(out), "All tests passed")
 	}
+	runGomemcacheSuite(t, follower.MemcacheAddr)
 }
 
 // statOf reads one general stat over the memcache port.
