@@ -193,8 +193,9 @@ type Status struct {
 	// LeaseFallbacks, those in lease mode that needed a ReadIndex round.
 	LeaseReads, LeaseFallbacks uint64
 	// ReadRounds counts the ReadIndex rounds this node started for
-	// linearizable reads, and ReadRoundReads the reads they answered: their
-	// ratio is how many reads one round carries.
+	// linearizable reads, and ReadRoundReads the reads they carried (a read
+	// retried after a lost round counts again): their ratio is how many
+	// reads one round carries.
 	ReadRounds, ReadRoundReads uint64
 	// SyncedEntries counts entries written in fsynced log batches, and
 	// SyncedBatches those batches: their ratio is what group commit
