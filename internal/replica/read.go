@@ -76,12 +76,17 @@ func (b *readBatcher) roundInFlight(now time.Time, retryAfter time.Duration) boo
 			busy = true
 			continue
 		}
-		for _, ch := range req.readers {
-			ch <- errReadRetry
-		}
-		delete(b.inflight, id)
+		b.drop(id, errReadRetry)
 	}
 	return busy
+}
+
+// drop ends request id, telling its readers err.
+func (b *readBatcher) drop(id uint64, err error) {
+	for _, ch := range b.inflight[id].readers {
+		ch <- err
+	}
+	delete(b.inflight, id)
 }
 
 // request registers a ReadIndex request for readers (none for a lease
@@ -135,11 +140,8 @@ func (b *readBatcher) applied(applied uint64) {
 // failInflight ends requests raft may have dropped (leader change): their
 // readers retry with a fresh request. Batches whose index is known stay.
 func (b *readBatcher) failInflight(err error) {
-	for id, req := range b.inflight {
-		for _, ch := range req.readers {
-			ch <- err
-		}
-		delete(b.inflight, id)
+	for id := range b.inflight {
+		b.drop(id, err)
 	}
 }
 

@@ -562,7 +562,10 @@ func (r *Replica) run() {
 			return
 		}
 		// A Ready may answer the read round in flight, and then the readers
-		// who joined meanwhile start the next one at once.
+		// who joined meanwhile start the next one at once, once every Ready
+		// in hand is handled: starting it between two Readies (a simpler
+		// loop, tried) cost 64-connection gets on three nodes about 14 % in
+		// alternating runs.
 		for {
 			r.flushProposals()
 			r.startReads()
