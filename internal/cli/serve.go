@@ -96,7 +96,7 @@ func bindFlags(fs *pflag.FlagSet, c *config.Config) *pflag.FlagSet {
 	fs.Uint64Var(&c.SnapshotCount, "snapshot-count", c.SnapshotCount, "applied entries between raft log compactions (or 16 MiB of entry data, if that comes first)")
 	fs.Uint64Var(&c.SnapshotCatchupEntries, "snapshot-catchup-entries", c.SnapshotCatchupEntries, "entries kept behind the applied index at a compaction (at most 16 MiB of them); a follower further behind gets a snapshot")
 	fs.Var(&c.MinFreeDisk, "min-free-disk", "refuse writes while the data dir's filesystem has less free space (bytes; k/m/g suffixes; 0: off)")
-	fs.Var(&c.CacheSize, "cache-size", "Pebble block cache for the data (bytes; k/m/g suffixes)")
+	fs.Var(&c.CacheSize, "cache-size", "Pebble block cache for the data, beside its 64 MiB of memtables (bytes; k/m/g suffixes)")
 	fs.Var(&c.ItemCacheSize, "item-cache-size", "in-memory cache of hot items in front of Pebble (bytes; k/m/g suffixes; 0: off)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on the graceful drain at SIGTERM")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")

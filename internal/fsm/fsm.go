@@ -99,7 +99,8 @@ type Result struct {
 
 // Options tunes the state store; zero values take the defaults.
 type Options struct {
-	// CacheBytes is Pebble's block cache size in bytes (default 64 MiB).
+	// CacheBytes is Pebble's block cache size in bytes (default 64 MiB),
+	// for blocks alone: the memtables' share is added to it (pebbleOptions).
 	CacheBytes int64
 	// ItemCacheBytes bounds the item cache in front of Pebble (cache.go);
 	// 0 means the default 64 MiB, a negative value turns it off.

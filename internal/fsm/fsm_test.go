@@ -87,15 +87,21 @@ type applier struct {
 
 func (a *applier) do(c command.Command) Result {
 	a.t.Helper()
+	res, err := a.f.Apply([]Entry{a.entry(c)})
+	require.NoError(a.t, err)
+	return res[0]
+}
+
+// entry encodes c as the next log entry (stamped t0 unless c has a stamp).
+func (a *applier) entry(c command.Command) Entry {
+	a.t.Helper()
 	if c.Stamp == 0 {
 		c.Stamp = t0
 	}
 	data, err := command.Encode(nil, &c)
 	require.NoError(a.t, err)
 	a.index++
-	res, err := a.f.Apply([]Entry{{Index: a.index, Data: data}})
-	require.NoError(a.t, err)
-	return res[0]
+	return Entry{Index: a.index, Data: data}
 }
 
 func set(op command.Op, key, val string) command.Command {

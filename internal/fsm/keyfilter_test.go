@@ -67,12 +67,7 @@ func setPrefixed(t *testing.T, a *applier, prefix string, n, batch int) {
 	for i := 0; i < n; i += batch {
 		var ents []Entry
 		for j := i; j < min(i+batch, n); j++ {
-			c := set(command.OpSet, fmt.Sprintf("%s%06d", prefix, j), "v")
-			c.Stamp = t0
-			data, err := command.Encode(nil, &c)
-			require.NoError(t, err)
-			a.index++
-			ents = append(ents, Entry{Index: a.index, Data: data})
+			ents = append(ents, a.entry(set(command.OpSet, fmt.Sprintf("%s%06d", prefix, j), "v")))
 		}
 		res, err := a.f.Apply(ents)
 		require.NoError(t, err)

@@ -40,7 +40,7 @@ func openStore(dir string, opts Options, logger *slog.Logger) (*pebble.DB, store
 	if err := upgradeV1Store(dir, opts.FS, logger); err != nil {
 		return nil, storeMeta{}, fmt.Errorf("open state store %s: %w", dir, err)
 	}
-	cache := pebble.NewCache(opts.CacheBytes)
+	cache := pebble.NewCache(opts.CacheBytes + memTableReserve)
 	defer cache.Unref()
 	db, err := pebble.Open(dir, pebbleOptions(cache, opts, logger))
 	if err != nil {
@@ -71,6 +71,14 @@ func openStore(dir string, opts Options, logger *slog.Logger) (*pebble.DB, store
 //     less often, so a write load makes fewer, larger L0 files and
 //     compacts less; it is memory the store uses only while it has
 //     unflushed writes.
+//     Pebble charges memtables to the block cache: each one reserves its
+//     size there while it lives, and one is kept for reuse after its flush.
+//     So the cache is made memTableReserve larger than CacheBytes, which
+//     then is what blocks get. Sized at CacheBytes alone, the default
+//     64 MiB went entirely to the mutable memtable and the flushed one, and
+//     not one block stayed cached: every read that missed the item cache,
+//     including the read a write makes of the item it replaces, went to
+//     the files (bench/RESULTS-core.md).
 //   - No block compression. Memcache clients compress large values
 //     themselves (and flag them so), and the rest are mostly small: Snappy
 //     costs CPU on every flush and compaction for little or nothing (a
@@ -94,7 +102,7 @@ func pebbleOptions(cache *pebble.Cache, opts Options, logger *slog.Logger) *pebb
 		Cache:        cache,
 		FS:           opts.FS,
 		Logger:       quietLogger{logger},
-		MemTableSize: 32 << 20,
+		MemTableSize: memTableSize,
 		// Pinned, so that a Pebble upgrade never ratchets the on-disk
 		// format by surprise; value separation needs this version.
 		FormatMajorVersion: pebble.FormatValueSeparation,
@@ -131,6 +139,14 @@ func pebbleOptions(cache *pebble.Cache, opts Options, logger *slog.Logger) *pebb
 	po.EnsureDefaults()
 	return po
 }
+
+// memTableSize is the state store's memtable size, and memTableReserve
+// what its memtables reserve of the block cache in steady state: the
+// mutable one, and the one being flushed or kept for reuse.
+const (
+	memTableSize    = 32 << 20
+	memTableReserve = 2 * memTableSize
+)
 
 // blobMinSize is the smallest value kept in a blob file (see pebbleOptions).
 const blobMinSize = 1024
