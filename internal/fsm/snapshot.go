@@ -69,8 +69,8 @@ func openStore(dir string, opts Options, logger *slog.Logger) (*pebble.DB, store
 //     writes of new keys cost a hash, not a seek per level.
 //   - A 32 MiB memtable (Pebble's default is 4 MiB) flushes eight times
 //     less often, so a write load makes fewer, larger L0 files and
-//     compacts less; it is memory the store uses only while it has
-//     unflushed writes.
+//     compacts less. Memtables start at 256 KiB and double up to it, so a
+//     store that takes few writes never holds one that large.
 //     Pebble charges memtables to the block cache: each one reserves its
 //     size there while it lives, and one is kept for reuse after its flush.
 //     So the cache is made memTableReserve larger than CacheBytes, which
