@@ -176,12 +176,14 @@ func TestReadersWaitForTheRoundInFlight(t *testing.T) {
 // next round back only until the retry time; its reader is then served by a
 // new round, well within its own deadline.
 func TestLostReadRoundIsRetried(t *testing.T) {
-	f, gate := followerWrapped(t, gated, func(c *Config) { c.ReadRetry = 50 * time.Millisecond })
+	f, gate := followerWrapped(t, gated, func(c *Config) { c.ReadRetry = 200 * time.Millisecond })
 	gate.mu.Lock()
 	gate.drop = 1
 	gate.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	require.NoError(t, f.ReadBarrier(ctx))
-	require.Equal(t, 2, gate.count(), "ReadIndex requests: the lost one and its retry")
+	// At least the lost request and its retry; a machine slow enough to
+	// keep the retry past ReadRetry too sends a third, which is not wrong.
+	require.GreaterOrEqual(t, gate.count(), 2, "ReadIndex requests: the lost one and its retry")
 }
