@@ -377,7 +377,7 @@ func TestVersionOneItemsStillRead(t *testing.T) {
 		require.NoError(t, closer.Close())
 		v1[0] = itemVersionSec
 		binary.BigEndian.PutUint64(v1[5:], uint64(now+10))
-		require.NoError(t, f.db.Set(dataKey(nil, []byte(key)), v1, pebble.Sync))
+		require.NoError(t, f.db.Set(dataKey(nil, []byte(key)), v1, pebble.NoSync)) // Close flushes it
 	}
 	require.NoError(t, f.Close())
 	f = openTest(t, dir)

@@ -24,10 +24,10 @@ type nodeCollector struct {
 	// raft log
 	fsync, firstIndex, lastIndex, diskReads, tailEntries, tailBytes, segments *prometheus.Desc
 	// fsm and storage
-	fsmApplied, diskUsage, items, valueBytes *prometheus.Desc
-	compactionDebt, cacheHits, cacheMisses   *prometheus.Desc
-	itemCacheLookups, itemCacheBytes         *prometheus.Desc
-	keyFilterSkips, keyFilterBytes           *prometheus.Desc
+	fsmApplied, fsmDurable, diskUsage, items, valueBytes *prometheus.Desc
+	compactionDebt, cacheHits, cacheMisses               *prometheus.Desc
+	itemCacheLookups, itemCacheBytes                     *prometheus.Desc
+	keyFilterSkips, keyFilterBytes                       *prometheus.Desc
 	// memcache
 	conns, connsTotal, connsRejected, commands, commandDuration, readBytes, writtenBytes, serverErrors, stored *prometheus.Desc
 	// all protocols
@@ -70,6 +70,7 @@ func newNodeCollector(src Sources, requests *requestCounts) *nodeCollector {
 		segments:    desc("raft", "log_segments", "Segment files holding the raft log (spares kept for reuse not counted)."),
 
 		fsmApplied:       desc("fsm", "applied_index", "Last log index applied to the state store (visible to reads)."),
+		fsmDurable:       desc("fsm", "durable_index", "Last log index the state store holds on disk (flushed); the raft log keeps the entries after it, which a restart replays."),
 		diskUsage:        desc("storage", "disk_usage_bytes", "On-disk footprint of each store (state: the data, in Pebble; raft: the log's segment files, spares included).", "store"),
 		items:            desc("storage", "items", "Items in the state store, including expired items the leader has not swept yet."),
 		valueBytes:       desc("storage", "value_bytes", "Sum of the value sizes of the items in the state store."),
@@ -104,7 +105,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.proposalsApplied, c.proposalsFailed, c.leaseReads, c.readRounds, c.readRoundReads,
 		c.syncedEntries, c.syncedBatches, c.gatherHolds,
 		c.fsync, c.firstIndex, c.lastIndex, c.diskReads, c.tailEntries, c.tailBytes, c.segments,
-		c.fsmApplied, c.diskUsage, c.items, c.valueBytes, c.compactionDebt, c.cacheHits, c.cacheMisses,
+		c.fsmApplied, c.fsmDurable, c.diskUsage, c.items, c.valueBytes, c.compactionDebt, c.cacheHits, c.cacheMisses,
 		c.itemCacheLookups, c.itemCacheBytes, c.keyFilterSkips, c.keyFilterBytes,
 		c.conns, c.connsTotal, c.connsRejected, c.commands, c.commandDuration, c.readBytes, c.writtenBytes, c.serverErrors, c.stored,
 		c.requestsTotal,
@@ -158,6 +159,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 
 	fs := c.src.Store.Stats()
 	gauge(c.fsmApplied, float64(fs.Applied))
+	gauge(c.fsmDurable, float64(fs.Durable))
 	gauge(c.diskUsage, float64(fs.DiskBytes), "state")
 	gauge(c.items, float64(max(fs.Items, 0)))
 	gauge(c.valueBytes, float64(max(fs.Bytes, 0)))

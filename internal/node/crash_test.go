@@ -45,12 +45,17 @@ func openStackAt(t *testing.T, fs vfs.FS, dataDir string, logger *slog.Logger) *
 	})
 }
 
+// stackFlushAfter is the test stacks' fsm.Options.FlushAfterBytes: small,
+// so that the state store flushes every few writes and crashes land around
+// flushes as well as log compactions.
+const stackFlushAfter = 16 << 10
+
 // openStackWith opens the stack with the given replica configuration.
 func openStackWith(t *testing.T, fs vfs.FS, dataDir string, logger *slog.Logger, rcfg replica.Config) *stack {
 	t.Helper()
 	l, err := raftlog.Open(filepath.Join(dataDir, "raft"), logger, raftlog.Options{FS: fs})
 	require.NoError(t, err)
-	sm, err := fsm.Open(filepath.Join(dataDir, "state"), logger, fsm.Options{FS: fs, CacheBytes: 1 << 20})
+	sm, err := fsm.Open(filepath.Join(dataDir, "state"), logger, fsm.Options{FS: fs, CacheBytes: 1 << 20, FlushAfterBytes: stackFlushAfter})
 	require.NoError(t, err)
 	rep, err := replica.Start(rcfg, l, fsmAdapter{f: sm, dataDir: dataDir}, &lazySender{}, logger)
 	require.NoError(t, err)

@@ -96,7 +96,10 @@ func Start(cfg config.Config, logger *slog.Logger) (n *Node, err error) {
 		return nil, fmt.Errorf("open raft log: %w", err)
 	}
 	n.state, err = fsm.Open(filepath.Join(cfg.DataDir, "state"), logger.With("component", "fsm"), fsm.Options{
-		CacheBytes: int64(cfg.CacheSize), ItemCacheBytes: itemCacheBytes(cfg.ItemCacheSize)})
+		CacheBytes: int64(cfg.CacheSize), ItemCacheBytes: itemCacheBytes(cfg.ItemCacheSize),
+		// The log is compacted up to what the store holds on disk: flush at
+		// least as often as the log is meant to be compacted.
+		FlushAfterEntries: cfg.SnapshotCount})
 	if err != nil {
 		return nil, fmt.Errorf("open state store: %w", err)
 	}

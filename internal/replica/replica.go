@@ -84,7 +84,9 @@ type StateMachine interface {
 	// Apply applies ents in order, skipping those at or below AppliedIndex.
 	Apply(ents []Entry) ([]Applied, error)
 	AppliedIndex() uint64
-	// Sync makes the applied state durable and returns the index it covers.
+	// Sync returns the highest applied index the state holds durably (the
+	// log is never compacted past it); it may start making more durable
+	// in the background, for a later call to report.
 	Sync() (uint64, error)
 	// InstallSnapshot replaces the whole state with the one a snapshot
 	// brought; ref is the snapshot's Data (the transport's reference to the
