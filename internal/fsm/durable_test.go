@@ -26,11 +26,7 @@ func TestSyncReportsOnlyWhatAFlushWrote(t *testing.T) {
 	flushed := next - 1 // what the flush Sync just started covers
 	next = setKeys(t, f, next, 100, 120, "b")
 
-	for deadline := time.Now().Add(10 * time.Second); durable < flushed && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-		durable, err = f.Sync()
-		require.NoError(t, err)
-	}
+	durable = syncUntil(t, f, flushed)
 	require.Equal(t, flushed, durable, "Sync reports the finished flush, and not the entries applied after it")
 	require.Equal(t, durable, f.Stats().Durable)
 	require.Equal(t, next-1, f.AppliedIndex())
@@ -83,10 +79,22 @@ func TestSyncFlushesByCount(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, durable)
 	next = setKeys(t, f, next, 39, 40, "a")
-	for deadline := time.Now().Add(10 * time.Second); durable == 0 && time.Now().Before(deadline); {
-		durable, err = f.Sync()
+	durable = syncUntil(t, f, 1)
+	require.Equal(t, next-1, durable, "40 entries applied: one flush, covering them all")
+}
+
+// syncUntil calls Sync until it reports at least want, which a flush that
+// Sync started makes true once it is done, and returns what it reported.
+// The deadline only bounds a test whose flush never finishes.
+func syncUntil(t *testing.T, f *FSM, want uint64) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		durable, err := f.Sync()
 		require.NoError(t, err)
+		if durable >= want || time.Now().After(deadline) {
+			return durable
+		}
 		time.Sleep(time.Millisecond)
 	}
-	require.Equal(t, next-1, durable, "40 entries applied: one flush, covering them all")
 }
