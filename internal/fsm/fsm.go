@@ -269,7 +269,7 @@ const flushAfterBytes = memTableSize * 3 / 4
 // Stats is a point-in-time view for monitoring.
 type Stats struct {
 	Applied uint64
-	// Durable is the applied index the store holds on disk (Sync).
+	// Durable is the applied index this node's store holds on disk (Sync).
 	Durable uint64
 	Items   int64
 	Bytes   int64
@@ -288,7 +288,8 @@ type Stats struct {
 }
 
 // Stats returns counters maintained by apply (identical on every node at the
-// same applied index).
+// same applied index), beside figures of this node's own store: Durable
+// (each node flushes on its own schedule), the disk and the caches.
 func (f *FSM) Stats() Stats {
 	s := Stats{
 		Applied: f.applied.Load(),
