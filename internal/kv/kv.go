@@ -44,7 +44,9 @@ func ParseConsistency(s string) (Consistency, error) {
 
 // Replica is the consensus module as the service uses it.
 type Replica interface {
-	Propose(ctx context.Context, reqID uint64, data []byte) (*replica.Pending, error)
+	// ProposeBy queues data for the log, waiting for room until ctx ends
+	// or deadline passes (replica.Replica.ProposeBy).
+	ProposeBy(ctx context.Context, deadline time.Time, reqID uint64, data []byte) (*replica.Pending, error)
 	ReadBarrier(ctx context.Context) error
 	// ReadsAreLocal reports that local state is linearizable right now
 	// with no barrier at all (the sole voter, leading).
@@ -127,8 +129,6 @@ func (s *Service) Submit(ctx context.Context, c *command.Command) (*Call, error)
 		return nil, ErrNoSpace
 	}
 	deadline := s.now().Add(s.cfg.RequestTimeout)
-	ctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
 	c.ReqID = s.nextID.Add(1)
 	if c.ReqID == 0 {
 		c.ReqID = s.nextID.Add(1)
@@ -141,7 +141,7 @@ func (s *Service) Submit(ctx context.Context, c *command.Command) (*Call, error)
 	if err != nil {
 		return nil, fmt.Errorf("submit %s: %w", c.Op, err)
 	}
-	p, err := s.r.Propose(ctx, c.ReqID, data)
+	p, err := s.r.ProposeBy(ctx, deadline, c.ReqID, data)
 	if err != nil {
 		return nil, err
 	}
@@ -151,9 +151,7 @@ func (s *Service) Submit(ctx context.Context, c *command.Command) (*Call, error)
 // Wait returns the applied result, or an error: replica.ErrUnknownOutcome
 // when the deadline passed with the write possibly applied.
 func (c *Call) Wait(ctx context.Context) (fsm.Result, error) {
-	ctx, cancel := context.WithDeadline(ctx, c.deadline)
-	defer cancel()
-	res, err := c.p.Wait(ctx)
+	res, err := c.p.WaitUntil(ctx, c.deadline)
 	if err != nil {
 		return fsm.Result{}, err
 	}

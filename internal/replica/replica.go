@@ -371,6 +371,15 @@ func Start(cfg Config, log LogStore, sm StateMachine, tr Transport, logger *slog
 // it is queued for raft; Wait on the result returns its applied result. The
 // order of Propose calls from one goroutine is the order in the log.
 func (r *Replica) Propose(ctx context.Context, reqID uint64, data []byte) (*Pending, error) {
+	return r.ProposeBy(ctx, time.Time{}, reqID, data)
+}
+
+// ProposeBy is Propose that also gives up waiting for room in the proposal
+// queue at deadline (the zero time: only when ctx ends). The deadline is
+// kept apart from ctx because a context with a deadline costs a timer and a
+// registration with its parent on every write, and the queue almost always
+// has room: a timer is made only when it has not.
+func (r *Replica) ProposeBy(ctx context.Context, deadline time.Time, reqID uint64, data []byte) (*Pending, error) {
 	if r.waits.size() >= r.cfg.MaxPending {
 		r.proposalsFailed.Add(1)
 		return nil, ErrBusy
@@ -380,18 +389,45 @@ func (r *Replica) Propose(ctx context.Context, reqID uint64, data []byte) (*Pend
 		return nil, fmt.Errorf("propose: duplicate request ID %x", reqID)
 	}
 	p := &Pending{r: r, reqID: reqID, ch: ch}
+	prop := proposal{reqID: reqID, data: data}
 	select {
-	case r.propc <- proposal{reqID: reqID, data: data}:
-		return p, nil
-	case <-ctx.Done():
+	case <-r.done:
+		// Checked first: a stopped replica's queue has room but no reader.
 		p.release()
 		r.proposalsFailed.Add(1)
-		return nil, ErrTimeout
+		return nil, ErrStopped
+	default:
+	}
+	select {
+	case r.propc <- prop:
+		return p, nil
+	default:
+	}
+	expired, stop := after(deadline)
+	defer stop()
+	select {
+	case r.propc <- prop:
+		return p, nil
+	case <-ctx.Done():
+	case <-expired:
 	case <-r.done:
 		p.release()
 		r.proposalsFailed.Add(1)
 		return nil, ErrStopped
 	}
+	p.release()
+	r.proposalsFailed.Add(1)
+	return nil, ErrTimeout
+}
+
+// after returns a channel that receives at deadline, or nil (never) for the
+// zero time, and the function that releases its timer.
+func after(deadline time.Time) (<-chan time.Time, func() bool) {
+	if deadline.IsZero() {
+		return nil, func() bool { return false }
+	}
+	t := time.NewTimer(time.Until(deadline))
+	return t.C, t.Stop
 }
 
 // Pending is a proposal in flight.
@@ -409,19 +445,39 @@ func (p *Pending) release() {
 // Wait returns the applied result. If ctx ends first the error is
 // ErrUnknownOutcome: the entry may still commit.
 func (p *Pending) Wait(ctx context.Context) (any, error) {
+	return p.WaitUntil(ctx, time.Time{})
+}
+
+// WaitUntil is Wait that also gives up at deadline (the zero time: only
+// when ctx ends), with ErrUnknownOutcome. As in ProposeBy, the deadline is
+// not a context so that a write costs no context, and no timer when its
+// outcome is already in.
+func (p *Pending) WaitUntil(ctx context.Context, deadline time.Time) (any, error) {
 	defer p.release()
 	select {
 	case o := <-p.ch:
-		if o.Err != nil {
-			p.r.proposalsFailed.Add(1)
-		} else {
-			p.r.proposalsApplied.Add(1)
-		}
-		return o.Result, o.Err
-	case <-ctx.Done():
-		p.r.proposalsFailed.Add(1)
-		return nil, ErrUnknownOutcome
+		return p.outcome(o)
+	default:
 	}
+	expired, stop := after(deadline)
+	defer stop()
+	select {
+	case o := <-p.ch:
+		return p.outcome(o)
+	case <-ctx.Done():
+	case <-expired:
+	}
+	p.r.proposalsFailed.Add(1)
+	return nil, ErrUnknownOutcome
+}
+
+func (p *Pending) outcome(o Outcome) (any, error) {
+	if o.Err != nil {
+		p.r.proposalsFailed.Add(1)
+	} else {
+		p.r.proposalsApplied.Add(1)
+	}
+	return o.Result, o.Err
 }
 
 // ReadBarrier returns once this node has applied everything committed before

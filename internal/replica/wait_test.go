@@ -1,7 +1,9 @@
 package replica
 
 import (
+	"context"
 	"encoding/binary"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,4 +30,48 @@ func TestUnwaitedProposalsGiveBackTheirPlaces(t *testing.T) {
 		require.Eventually(t, func() bool { return r.waits.size() == 0 }, 10*time.Second, time.Millisecond,
 			"round %d: last request %d", round, last)
 	}
+}
+
+// TestDeadlinesWithoutContexts: ProposeBy and WaitUntil give up at their
+// deadline, or when their context ends, though the request's deadline is no
+// longer a context. The disk takes half a second per append, so nothing
+// proposed here is applied before the 20 ms deadlines.
+func TestDeadlinesWithoutContexts(t *testing.T) {
+	r := startSolo(t, 500*time.Millisecond, func(c *Config) { c.MaxPending = 1 << 20 })
+	soon := func() time.Time { return time.Now().Add(20 * time.Millisecond) }
+	var id atomic.Uint64
+	propose := func(deadline time.Time) (*Pending, error) {
+		n := id.Add(1)
+		return r.ProposeBy(t.Context(), deadline, n, binary.BigEndian.AppendUint64(nil, n))
+	}
+
+	t.Run("wait ends at the deadline", func(t *testing.T) {
+		p, err := propose(time.Time{})
+		require.NoError(t, err)
+		_, err = p.WaitUntil(t.Context(), soon())
+		require.ErrorIs(t, err, ErrUnknownOutcome)
+	})
+	t.Run("wait ends with its context", func(t *testing.T) {
+		p, err := propose(time.Time{})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+		defer cancel()
+		_, err = p.WaitUntil(ctx, time.Time{})
+		require.ErrorIs(t, err, ErrUnknownOutcome)
+	})
+	t.Run("proposal refused at the deadline once the queue is full", func(t *testing.T) {
+		// The queue holds 4096; the loop, asleep in a save, takes at most a
+		// few batches meanwhile. Bounded: far more than that fits.
+		var err error
+		for i := 0; i < 64<<10 && err == nil; i++ {
+			_, err = propose(soon())
+		}
+		require.ErrorIs(t, err, ErrTimeout)
+	})
+	t.Run("a stopped replica refuses at once", func(t *testing.T) {
+		r.Stop()
+		<-r.Done()
+		_, err := propose(soon())
+		require.ErrorIs(t, err, ErrStopped)
+	})
 }
