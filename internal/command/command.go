@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Version is the envelope format written by this binary. Decode accepts
@@ -125,6 +126,9 @@ func Encode(dst []byte, c *Command) ([]byte, error) {
 	if len(c.Key) == 0 && c.Op != OpFlush && c.Op != OpExpire && c.Op != OpMember {
 		return dst, fmt.Errorf("encode %s: empty key", c.Op)
 	}
+	// One allocation for a key and value, not one per doubling of the
+	// buffer as the value is appended: this runs for every write.
+	dst = slices.Grow(dst, headerLen+2*binary.MaxVarintLen64+len(c.Key)+len(c.Value)+24)
 	dst = append(dst, Version, byte(c.Op))
 	dst = binary.BigEndian.AppendUint64(dst, c.ReqID)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(c.Stamp))
