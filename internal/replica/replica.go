@@ -389,15 +389,18 @@ func (r *Replica) ProposeBy(ctx context.Context, deadline time.Time, reqID uint6
 		return nil, fmt.Errorf("propose: duplicate request ID %x", reqID)
 	}
 	p := &Pending{r: r, reqID: reqID, ch: ch}
-	prop := proposal{reqID: reqID, data: data}
+	refuse := func(err error) (*Pending, error) {
+		p.release()
+		r.proposalsFailed.Add(1)
+		return nil, err
+	}
 	select {
 	case <-r.done:
 		// Checked first: a stopped replica's queue has room but no reader.
-		p.release()
-		r.proposalsFailed.Add(1)
-		return nil, ErrStopped
+		return refuse(ErrStopped)
 	default:
 	}
+	prop := proposal{reqID: reqID, data: data}
 	select {
 	case r.propc <- prop:
 		return p, nil
@@ -411,13 +414,9 @@ func (r *Replica) ProposeBy(ctx context.Context, deadline time.Time, reqID uint6
 	case <-ctx.Done():
 	case <-expired:
 	case <-r.done:
-		p.release()
-		r.proposalsFailed.Add(1)
-		return nil, ErrStopped
+		return refuse(ErrStopped)
 	}
-	p.release()
-	r.proposalsFailed.Add(1)
-	return nil, ErrTimeout
+	return refuse(ErrTimeout)
 }
 
 // after returns a channel that receives at deadline, or nil (never) for the
