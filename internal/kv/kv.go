@@ -44,9 +44,9 @@ func ParseConsistency(s string) (Consistency, error) {
 
 // Replica is the consensus module as the service uses it.
 type Replica interface {
-	// ProposeBy queues data for the log, waiting for room until ctx ends
-	// or deadline passes (replica.Replica.ProposeBy).
-	ProposeBy(ctx context.Context, deadline time.Time, reqID uint64, data []byte) (*replica.Pending, error)
+	// Propose queues data for the log, waiting for room until ctx ends
+	// or deadline passes (replica.Replica.Propose).
+	Propose(ctx context.Context, deadline time.Time, reqID uint64, data []byte) (*replica.Pending, error)
 	ReadBarrier(ctx context.Context) error
 	// ReadsAreLocal reports that local state is linearizable right now
 	// with no barrier at all (the sole voter, leading).
@@ -141,7 +141,7 @@ func (s *Service) Submit(ctx context.Context, c *command.Command) (*Call, error)
 	if err != nil {
 		return nil, fmt.Errorf("submit %s: %w", c.Op, err)
 	}
-	p, err := s.r.ProposeBy(ctx, deadline, c.ReqID, data)
+	p, err := s.r.Propose(ctx, deadline, c.ReqID, data)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +151,7 @@ func (s *Service) Submit(ctx context.Context, c *command.Command) (*Call, error)
 // Wait returns the applied result, or an error: replica.ErrUnknownOutcome
 // when the deadline passed with the write possibly applied.
 func (c *Call) Wait(ctx context.Context) (fsm.Result, error) {
-	res, err := c.p.WaitUntil(ctx, c.deadline)
+	res, err := c.p.Wait(ctx, c.deadline)
 	if err != nil {
 		return fsm.Result{}, err
 	}

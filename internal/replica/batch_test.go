@@ -62,7 +62,7 @@ func proposeQueued(t *testing.T, r *Replica, first uint64, n int) (wait func() [
 	pend := make([]*Pending, n)
 	for i := range pend {
 		id := first + uint64(i)
-		p, err := r.Propose(ctx, id, binary.BigEndian.AppendUint64(nil, id))
+		p, err := r.Propose(ctx, time.Time{}, id, binary.BigEndian.AppendUint64(nil, id))
 		require.NoError(t, err)
 		pend[i] = p
 	}
@@ -70,7 +70,7 @@ func proposeQueued(t *testing.T, r *Replica, first uint64, n int) (wait func() [
 		defer cancel()
 		errs := make([]error, n)
 		for i, p := range pend {
-			_, errs[i] = p.Wait(ctx)
+			_, errs[i] = p.Wait(ctx, time.Time{})
 		}
 		return errs
 	}

@@ -87,9 +87,9 @@ func write(t *testing.T, r *Replica, writers, count int, pause func(w, i int) ti
 				id := next.Add(1)
 				data := binary.BigEndian.AppendUint64(nil, id)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				p, err := r.Propose(ctx, id, data)
+				p, err := r.Propose(ctx, time.Time{}, id, data)
 				if err == nil {
-					_, err = p.Wait(ctx)
+					_, err = p.Wait(ctx, time.Time{})
 				}
 				cancel()
 				if err != nil {

@@ -24,8 +24,8 @@ func TestLastVoterIsNeverRemoved(t *testing.T) {
 	require.Equal(t, NodeID(1), r.Status().Leader)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	p, err := r.Propose(ctx, 200, binary.BigEndian.AppendUint64(nil, 200)) // echoSM answers it
+	p, err := r.Propose(ctx, time.Time{}, 200, binary.BigEndian.AppendUint64(nil, 200)) // echoSM answers it
 	require.NoError(t, err)
-	_, err = p.Wait(ctx)
+	_, err = p.Wait(ctx, time.Time{})
 	require.NoError(t, err)
 }

@@ -369,17 +369,13 @@ func Start(cfg Config, log LogStore, sm StateMachine, tr Transport, logger *slog
 
 // Propose submits data (an encoded command carrying reqID) and returns once
 // it is queued for raft; Wait on the result returns its applied result. The
-// order of Propose calls from one goroutine is the order in the log.
-func (r *Replica) Propose(ctx context.Context, reqID uint64, data []byte) (*Pending, error) {
-	return r.ProposeBy(ctx, time.Time{}, reqID, data)
-}
-
-// ProposeBy is Propose that also gives up waiting for room in the proposal
-// queue at deadline (the zero time: only when ctx ends). The deadline is
-// kept apart from ctx because a context with a deadline costs a timer and a
-// registration with its parent on every write, and the queue almost always
-// has room: a timer is made only when it has not.
-func (r *Replica) ProposeBy(ctx context.Context, deadline time.Time, reqID uint64, data []byte) (*Pending, error) {
+// order of Propose calls from one goroutine is the order in the log. It
+// gives up waiting for room in the proposal queue when ctx ends or at
+// deadline (the zero time: only ctx). The deadline is kept apart from ctx
+// because a context with a deadline costs a timer and a registration with
+// its parent on every write, and the queue almost always has room: a timer
+// is made only when it has not.
+func (r *Replica) Propose(ctx context.Context, deadline time.Time, reqID uint64, data []byte) (*Pending, error) {
 	if r.waits.size() >= r.cfg.MaxPending {
 		r.proposalsFailed.Add(1)
 		return nil, ErrBusy
@@ -441,17 +437,11 @@ func (p *Pending) release() {
 	p.once.Do(func() { p.r.waits.cancel(p.reqID) })
 }
 
-// Wait returns the applied result. If ctx ends first the error is
-// ErrUnknownOutcome: the entry may still commit.
-func (p *Pending) Wait(ctx context.Context) (any, error) {
-	return p.WaitUntil(ctx, time.Time{})
-}
-
-// WaitUntil is Wait that also gives up at deadline (the zero time: only
-// when ctx ends), with ErrUnknownOutcome. As in ProposeBy, the deadline is
-// not a context so that a write costs no context, and no timer when its
-// outcome is already in.
-func (p *Pending) WaitUntil(ctx context.Context, deadline time.Time) (any, error) {
+// Wait returns the applied result. If ctx ends first, or deadline passes
+// (the zero time: only ctx), the error is ErrUnknownOutcome: the entry may
+// still commit. As in Propose, the deadline is not a context, so that a
+// write costs no context, and no timer when its outcome is already in.
+func (p *Pending) Wait(ctx context.Context, deadline time.Time) (any, error) {
 	defer p.release()
 	select {
 	case o := <-p.ch:

@@ -21,7 +21,7 @@ func TestUnwaitedProposalsGiveBackTheirPlaces(t *testing.T) {
 		var last uint64
 		for i := range 2 {
 			id := uint64(1000*round + i + 1)
-			_, err := r.Propose(ctx, id, binary.BigEndian.AppendUint64(nil, id))
+			_, err := r.Propose(ctx, time.Time{}, id, binary.BigEndian.AppendUint64(nil, id))
 			require.NoError(t, err, "round %d proposal %d", round, i)
 			last = id
 		}
@@ -32,7 +32,7 @@ func TestUnwaitedProposalsGiveBackTheirPlaces(t *testing.T) {
 	}
 }
 
-// TestDeadlinesWithoutContexts: ProposeBy and WaitUntil give up at their
+// TestDeadlinesWithoutContexts: Propose and Wait give up at their
 // deadline, or when their context ends, though the request's deadline is no
 // longer a context. The disk takes half a second per append, so nothing
 // proposed here is applied before the 20 ms deadlines.
@@ -42,13 +42,13 @@ func TestDeadlinesWithoutContexts(t *testing.T) {
 	var id atomic.Uint64
 	propose := func(deadline time.Time) (*Pending, error) {
 		n := id.Add(1)
-		return r.ProposeBy(t.Context(), deadline, n, binary.BigEndian.AppendUint64(nil, n))
+		return r.Propose(t.Context(), deadline, n, binary.BigEndian.AppendUint64(nil, n))
 	}
 
 	t.Run("wait ends at the deadline", func(t *testing.T) {
 		p, err := propose(time.Time{})
 		require.NoError(t, err)
-		_, err = p.WaitUntil(t.Context(), soon())
+		_, err = p.Wait(t.Context(), soon())
 		require.ErrorIs(t, err, ErrUnknownOutcome)
 	})
 	t.Run("wait ends with its context", func(t *testing.T) {
@@ -56,7 +56,7 @@ func TestDeadlinesWithoutContexts(t *testing.T) {
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
 		defer cancel()
-		_, err = p.WaitUntil(ctx, time.Time{})
+		_, err = p.Wait(ctx, time.Time{})
 		require.ErrorIs(t, err, ErrUnknownOutcome)
 	})
 	t.Run("proposal refused at the deadline once the queue is full", func(t *testing.T) {
