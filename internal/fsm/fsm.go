@@ -261,9 +261,9 @@ func (f *FSM) Sync() (uint64, error) {
 // flushAfterBytes is how many bytes of entries Sync lets the store apply
 // between the flushes it starts: three quarters of a memtable, so that
 // Sync's flush, not a full memtable, normally starts each one (a flush
-// forced at every log compaction, 16 MiB, flushed twice as often, and 8 KiB
-// sets ran about 15 % slower than with the WAL). The raft log keeps what this leaves
-// unflushed beside what it keeps for followers.
+// forced at every log compaction, 16 MiB, flushed twice as often, and
+// 8 KiB sets ran about 15 % slower than with the WAL). The raft log keeps
+// what this leaves unflushed beside what it keeps for followers.
 const flushAfterBytes = memTableSize * 3 / 4
 
 // Stats is a point-in-time view for monitoring.

@@ -103,9 +103,10 @@ func openStore(dir string, opts Options, logger *slog.Logger) (*pebble.DB, store
 //     applied, and replays what the store lost; a WAL wrote each value a
 //     third time (after the raft log and before the flush), a third of
 //     kvd's disk writes, beside the raft log's fsync. Without it, 8 KiB
-//     sets ran 5-9 % faster in alternating runs (bench/RESULTS-core.md). What the store holds durably is then what
-//     its flushes wrote: FSM.Sync reports that and starts flushes, and
-//     Close and Checkpoint flush first.
+//     sets ran 5-9 % faster in alternating runs (bench/RESULTS-core.md).
+//     What the store holds durably is then what its flushes wrote:
+//     FSM.Sync reports that and starts flushes, and Close and Checkpoint
+//     flush first.
 //   - 64 KiB blocks in L0, where flushes write their blob files (Pebble
 //     sizes a blob file's blocks by its output level). With the default
 //     4 KiB every 8 KiB value became a block of its own and cost two
