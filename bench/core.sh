@@ -5,7 +5,7 @@
 # bench/RESULTS-core.md. Needs: memcached (apt-get install memcached),
 # python3 (to read the JSON reports). Every case is bounded in time.
 #   bench/core.sh            # 10 s per case
-#   DUR=3s bench/core.sh     # a smoke run
+#   DUR=3s PAIRS=1 PAIR_DUR=2s bench/core.sh     # a smoke run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DUR=${DUR:-10s}
@@ -16,6 +16,8 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT INT TERM
 
 make build >/dev/null
+# Read before the report is written: writing it dirties the tree.
+version=$(git describe --always --dirty)
 bin=bin/kvd
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 
@@ -68,6 +70,20 @@ for who in mc kv; do
         --key-size 32 --value-size 512 --concurrency 1,32 --seed 4
 done
 
+# Write scaling again, as alternating pairs on the same node: the
+# 1-connection rate follows this disk's fsync latency, which drifts by a
+# quarter within minutes (bench/RESULTS-core.md), so the one pair in the
+# sequence above can land anywhere in that range. The median of PAIRS
+# pairs, each 1 connection then 8 for PAIR_DUR, is the figure judged
+# against the target; every pair is printed beside it.
+PAIRS=${PAIRS:-5}; PAIR_DUR=${PAIR_DUR:-5s}
+for i in $(seq "$PAIRS"); do
+  for c in 1 8; do
+    DUR=$PAIR_DUR bench "kv-pair$i-$c" "$KV" --workload custom --get-set 0:1 --keys 1000000 --key-dist seq \
+          --key-size 32 --value-size 512 --preload=false --concurrency "$c" --seed "$((10 + i))"
+  done
+done
+
 # Memory: fresh servers (the cases above left data behind), 1 M items of
 # 512 bytes in each, then the resident set size.
 kill "$mcpid" "$kpid"; wait "$mcpid" "$kpid" 2>/dev/null || true
@@ -85,7 +101,7 @@ ratio() { python3 -c "print('%.2f' % ($1/$2))"; }
   echo "# Single-node kvd vs memcached (issue 2 targets)"
   echo
   echo "Produced by \`bench/core.sh\` (DUR=$DUR per case) on $(date -u +%Y-%m-%d), $(nproc) cores shared by"
-  echo "the servers and the load generator (\`kvd bench\`), $(memcached -h | head -1), kvd $(git describe --always --dirty)."
+  echo "the servers and the load generator (\`kvd bench\`), $(memcached -h | head -1), kvd $version."
   echo "Every kvd write is fsynced in the Raft log before its reply."
   echo
   echo "| case | memcached ops/s | kvd ops/s | kvd / memcached | target |"
@@ -104,7 +120,19 @@ ratio() { python3 -c "print('%.2f' % ($1/$2))"; }
   done
   echo
   w1=$(ops kv-write 0); w8=$(ops kv-write 1)
-  echo "kvd write scaling (group commit): 8 connections / 1 connection = $(ratio $w8 $w1) (target ≥ 5)."
+  echo "kvd write scaling (group commit), in the sequence above: 8 connections / 1 connection = $(ratio $w8 $w1)."
+  echo
+  pairs=()
+  for i in $(seq "$PAIRS"); do pairs+=("$(ops "kv-pair$i-1") $(ops "kv-pair$i-8")"); done
+  python3 - "${pairs[@]}" <<'PY'
+import statistics, sys
+pairs = [tuple(map(float, p.split())) for p in sys.argv[1:]]
+ratios = [b / a for a, b in pairs]
+print("kvd write scaling in %d alternating pairs (1 connection, then 8): %s;" % (
+    len(pairs), " · ".join("%.0f → %.0f (%.2f)" % (a, b, b / a) for a, b in pairs)))
+print("median %.2f, range %.2f–%.2f (target: median ≥ 5)." % (
+    statistics.median(ratios), min(ratios), max(ratios)))
+PY
   echo
   echo "Resident memory holding 1,000,000 items of 512 bytes: memcached $((mc_rss/1024)) MiB,"
   echo "kvd $((kv_rss/1024)) MiB (defaults: Pebble block cache 64 MiB \`--cache-size\`, item cache 64 MiB"
