@@ -56,6 +56,11 @@ PY
 }
 rss_kb() { awk '/VmRSS/{print $2}' "/proc/$1/status"; }
 
+# The disk as the cases find it and as they leave it: kvd's write rates
+# follow its fsync latency, which drifts within the hour on shared VMs.
+go build -o "$work/fsyncprobe" ./bench/fsyncprobe
+disk_before=$("$work/fsyncprobe" -dir "$work" -threads 1,8)
+
 start_memcached; start_kvd
 MC=127.0.0.1:$mcport; KV=127.0.0.1:$kport
 echo "memcached $MC (pid $mcpid), kvd $KV (pid $kpid), $DUR per case"
@@ -84,6 +89,8 @@ for i in $(seq "$PAIRS"); do
   done
 done
 
+disk_after=$("$work/fsyncprobe" -dir "$work" -threads 1,8)
+
 # Memory: fresh servers (the cases above left data behind), 1 M items of
 # 512 bytes in each, then the resident set size.
 kill "$mcpid" "$kpid"; wait "$mcpid" "$kpid" 2>/dev/null || true
@@ -102,7 +109,11 @@ ratio() { python3 -c "print('%.2f' % ($1/$2))"; }
   echo
   echo "Produced by \`bench/core.sh\` (DUR=$DUR per case) on $(date -u +%Y-%m-%d), $(nproc) cores shared by"
   echo "the servers and the load generator (\`kvd bench\`), $(memcached -h | head -1), kvd $version."
-  echo "Every kvd write is fsynced in the Raft log before its reply."
+  echo "Every kvd write is fsynced in the Raft log before its reply. The disk (\`bench/fsyncprobe\`: 3,000-byte"
+  echo "writes, each followed by fdatasync, by 1 and by 8 threads at once) before the cases and after the write-scaling pairs:"
+  echo
+  echo "$disk_before" | sed 's/^fsync probe: /- before: /'
+  echo "$disk_after" | sed 's/^fsync probe: /- after: /'
   echo
   echo "| case | memcached ops/s | kvd ops/s | kvd / memcached | target |"
   echo "|---|---:|---:|---:|---|"
