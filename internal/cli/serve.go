@@ -98,7 +98,7 @@ func bindFlags(fs *pflag.FlagSet, c *config.Config) *pflag.FlagSet {
 	fs.Var(&c.MinFreeDisk, "min-free-disk", "refuse writes while the data dir's filesystem has less free space (bytes; k/m/g suffixes; 0: off)")
 	fs.Var(&c.CacheSize, "cache-size", "Pebble block cache for the data, beside its 64 MiB of memtables (bytes; k/m/g suffixes)")
 	fs.Var(&c.ItemCacheSize, "item-cache-size", "in-memory cache of hot items in front of Pebble (bytes; k/m/g suffixes; 0: off)")
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on the graceful drain at SIGTERM")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on the graceful drain at SIGTERM, and again on stopping raft and closing the stores after it")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "serve Go's profiler at /debug/pprof/ on the HTTP listener")
 	return fs

@@ -95,7 +95,9 @@ type Config struct {
 	// ItemCacheSize bounds the cache of recently read and written items in
 	// front of the state store (hot gets skip Pebble). Default 64m; 0 off.
 	ItemCacheSize Size `yaml:"item-cache-size"`
-	// ShutdownTimeout bounds the graceful drain on SIGTERM. Default 10s.
+	// ShutdownTimeout bounds the graceful drain on SIGTERM, and again the
+	// stop of raft and the close of the stores after it (a disk that
+	// refuses writes can hold those forever). Default 10s.
 	ShutdownTimeout time.Duration `yaml:"shutdown-timeout"`
 	// LogLevel is debug, info, warn or error. Default info.
 	LogLevel string `yaml:"log-level"`

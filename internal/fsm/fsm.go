@@ -129,6 +129,7 @@ type FSM struct {
 	dir    string
 	opts   Options
 	logger *slog.Logger
+	health *storeHealth // Pebble's background work, across snapshot installs
 
 	applied atomic.Uint64
 	items   atomic.Int64
@@ -186,11 +187,12 @@ func Open(dir string, logger *slog.Logger, opts Options) (*FSM, error) {
 	if err := durable.MkdirAll(opts.FS, dir); err != nil {
 		return nil, fmt.Errorf("open state store %s: create directory: %w", dir, err)
 	}
-	db, meta, err := openStore(dir, opts, logger)
+	health := newStoreHealth(logger)
+	db, meta, err := openStore(dir, opts, logger, health)
 	if err != nil {
 		return nil, err
 	}
-	f := &FSM{db: db, dir: dir, opts: opts, logger: logger,
+	f := &FSM{db: db, dir: dir, opts: opts, logger: logger, health: health,
 		cache: newItemCache(max(opts.ItemCacheBytes, 0)), keys: newKeyFilter(logger),
 		inBatch: make(map[string]struct{})}
 	f.setMeta(meta)
@@ -203,8 +205,10 @@ func Open(dir string, logger *slog.Logger, opts Options) (*FSM, error) {
 }
 
 // Close flushes what was applied and closes the store, so that a clean
-// restart has nothing to replay. Should the flush fail, the raft log still
-// holds what it would have written (Sync never reported it durable).
+// restart has nothing to replay. Should the flush fail, or be skipped
+// because the store's flushes are failing (a full disk: see storeHealth),
+// the raft log still holds what it would have written (Sync never
+// reported it durable), and Close says so in its error.
 func (f *FSM) Close() error {
 	f.dbMu.Lock()
 	defer f.dbMu.Unlock()
@@ -214,12 +218,15 @@ func (f *FSM) Close() error {
 	db := f.db
 	f.db = nil
 	f.keys.stop()
-	flushErr := db.Flush()
-	if err := db.Close(); err != nil {
-		return fmt.Errorf("close state store: %w", err)
+	var errs []error
+	if err := flush(db, f.health); err != nil {
+		errs = append(errs, fmt.Errorf("flush: %w", err))
 	}
-	if flushErr != nil {
-		return fmt.Errorf("close state store: flush: %w", flushErr)
+	if err := db.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("close state store: %w", errors.Join(errs...))
 	}
 	return nil
 }

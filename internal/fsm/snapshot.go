@@ -36,13 +36,13 @@ type storeMeta struct {
 }
 
 // openStore opens the Pebble instance in dir and reads its bookkeeping.
-func openStore(dir string, opts Options, logger *slog.Logger) (*pebble.DB, storeMeta, error) {
+func openStore(dir string, opts Options, logger *slog.Logger, health *storeHealth) (*pebble.DB, storeMeta, error) {
 	if err := upgradeV1Store(dir, opts.FS, logger); err != nil {
 		return nil, storeMeta{}, fmt.Errorf("open state store %s: %w", dir, err)
 	}
 	cache := pebble.NewCache(opts.CacheBytes + memTableReserve)
 	defer cache.Unref()
-	db, err := pebble.Open(dir, pebbleOptions(cache, opts, logger))
+	db, err := pebble.Open(dir, pebbleOptions(cache, opts, logger, health))
 	if err != nil {
 		return nil, storeMeta{}, fmt.Errorf("open state store %s: %w", dir, err)
 	}
@@ -50,7 +50,7 @@ func openStore(dir string, opts Options, logger *slog.Logger) (*pebble.DB, store
 	// sent) has what Pebble replayed from that WAL in a memtable now, and
 	// the raft log may have been truncated past it: write it out before
 	// anything relies on it.
-	if err := db.Flush(); err != nil {
+	if err := flush(db, health); err != nil {
 		_ = db.Close()
 		return nil, storeMeta{}, fmt.Errorf("open state store %s: flush: %w", dir, err)
 	}
@@ -113,13 +113,14 @@ func openStore(dir string, opts Options, logger *slog.Logger) (*pebble.DB, store
 //     write syscalls; a profile of 8 KiB sets spent 27 % of kvd's CPU
 //     there, and 7 % with 64 KiB blocks (bench/RESULTS-core.md). Deeper
 //     levels, where reads find most keys, keep small blocks.
-func pebbleOptions(cache *pebble.Cache, opts Options, logger *slog.Logger) *pebble.Options {
+func pebbleOptions(cache *pebble.Cache, opts Options, logger *slog.Logger, health *storeHealth) *pebble.Options {
 	po := &pebble.Options{
-		Cache:        cache,
-		FS:           opts.FS,
-		Logger:       quietLogger{logger},
-		MemTableSize: memTableSize,
-		DisableWAL:   true,
+		Cache:         cache,
+		FS:            opts.FS,
+		Logger:        quietLogger{logger},
+		EventListener: &pebble.EventListener{},
+		MemTableSize:  memTableSize,
+		DisableWAL:    true,
 		// Pinned, so that a Pebble upgrade never ratchets the on-disk
 		// format by surprise; value separation needs this version.
 		FormatMajorVersion: pebble.FormatValueSeparation,
@@ -153,6 +154,7 @@ func pebbleOptions(cache *pebble.Cache, opts Options, logger *slog.Logger) *pebb
 			RewriteMinimumAge: 5 * 60 * 1e9,
 		}
 	}
+	health.listen(po.EventListener)
 	po.EnsureDefaults()
 	return po
 }
@@ -193,7 +195,7 @@ func (f *FSM) Checkpoint(dir string) (uint64, error) {
 		return 0, errNoStore
 	}
 	applied := f.applied.Load()
-	if err := f.db.Flush(); err != nil {
+	if err := flush(f.db, f.health); err != nil {
 		return 0, fmt.Errorf("checkpoint state store: flush: %w", err)
 	}
 	if err := f.db.Checkpoint(dir); err != nil {
@@ -226,7 +228,7 @@ func (f *FSM) Checkpoint(dir string) (uint64, error) {
 // (readers get errors): the caller must stop the node.
 func (f *FSM) InstallSnapshot(src string, minApplied uint64) error {
 	fs := f.opts.FS
-	probe, got, err := openStore(src, f.opts, f.logger)
+	probe, got, err := openStore(src, f.opts, f.logger, newStoreHealth(f.logger))
 	if err != nil {
 		return fmt.Errorf("install snapshot: received state does not open: %w", err)
 	}
@@ -272,7 +274,7 @@ func (f *FSM) InstallSnapshot(src string, minApplied uint64) error {
 	if err := syncDir(fs, filepath.Dir(src)); err != nil {
 		return fmt.Errorf("install snapshot: %w", err)
 	}
-	db, meta, err := openStore(f.dir, f.opts, f.logger)
+	db, meta, err := openStore(f.dir, f.opts, f.logger, f.health)
 	if err != nil {
 		return fmt.Errorf("install snapshot: %w", err)
 	}

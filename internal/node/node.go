@@ -278,7 +278,8 @@ func (n *Node) Run(ctx context.Context) error {
 }
 
 // Shutdown stops accepting, lets in-flight requests finish (bounded by ctx),
-// then stops raft and closes both stores cleanly.
+// then stops raft and closes both stores cleanly (bounded by the shutdown
+// timeout again).
 func (n *Node) Shutdown(ctx context.Context) error {
 	var errs []error
 	if err := n.mc.Shutdown(ctx); err != nil {
@@ -296,11 +297,28 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	n.stopWatch()
 	<-n.watchDone // it reads the stores closed below
 	n.handOffLeadership(ctx)
-	n.rep.Stop()
-	if err := n.rep.Err(); err != nil {
+	// Stopping raft waits for the Ready loop, and closing the stores for
+	// their last writes. A disk that refuses writes (full, or failing) can
+	// hold either forever: the loop inside an apply that Pebble stalls
+	// because its flushes fail, say. Past a bound of its own the node
+	// gives up and reports it, and the process exits as after a crash,
+	// which loses nothing acknowledged: the raft log was fsynced before
+	// every reply, and it replays whatever the state store had not
+	// flushed.
+	closed := make(chan error, 1)
+	go func() {
+		n.rep.Stop()
+		closed <- errors.Join(n.rep.Err(), n.closeStores())
+	}()
+	t := time.NewTimer(n.cfg.ShutdownTimeout)
+	defer t.Stop()
+	select {
+	case err := <-closed:
 		errs = append(errs, err)
+	case <-t.C:
+		errs = append(errs, fmt.Errorf("raft and the stores did not stop within %v (is the disk refusing writes?); "+
+			"leaving them as a crash would: the raft log replays what they had not written", n.cfg.ShutdownTimeout))
 	}
-	errs = append(errs, n.closeStores())
 	return errors.Join(errs...)
 }
 

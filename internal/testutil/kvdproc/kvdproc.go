@@ -267,6 +267,12 @@ func (p *Proc) PID() int { return p.cmd.Process.Pid }
 // Exited is closed once the process has exited.
 func (p *Proc) Exited() <-chan struct{} { return p.exited }
 
+// ExitCode waits for the process to exit and returns its exit code.
+func (p *Proc) ExitCode() int {
+	<-p.exited
+	return p.cmd.ProcessState.ExitCode()
+}
+
 // Kill sends SIGKILL (no shutdown path runs) and waits for the exit.
 func (p *Proc) Kill() {
 	select {
