@@ -30,7 +30,7 @@ import (
 // Before this test, such a node never exited: stopping raft waited for a
 // Ready loop stalled inside Pebble, and closing the state store for a
 // flush that could not succeed, while Pebble logged every failed retry,
-// about a thousand lines a second.
+// hundreds of lines a second.
 //
 // It needs to mount a tmpfs (root, as in CI); elsewhere it is skipped.
 func TestRealFullDiskStopsTheNodeAndLosesNothing(t *testing.T) {

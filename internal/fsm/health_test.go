@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -16,24 +15,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/stretchr/testify/require"
 )
-
-// lockedBuffer is a log destination several goroutines (Pebble's) write.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestCloseOnAFullDiskSkipsTheFlush: once the disk refuses writes, every
 // flush fails and Pebble retries it without end, so a flush never
@@ -49,7 +30,9 @@ func TestCloseOnAFullDiskSkipsTheFlush(t *testing.T) {
 		}
 		return nil
 	}))
-	var log lockedBuffer
+	// slog's handler serialises Pebble's goroutines' writes; the test reads
+	// the buffer only after Close, when they have ended.
+	var log bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&log, nil))
 	f, err := Open("/state", logger, Options{FS: fs, CacheBytes: 1 << 20, FlushAfterBytes: 2 << 10})
 	require.NoError(t, err)
