@@ -128,6 +128,12 @@ func followerWrapped[W Transport](t *testing.T, wrap func(Transport) W, tweaks .
 		return w
 	}, tweaks...)
 	f := reps[(lead+1)%3]
+	// startTrio waits for the leader only: a follower that has not heard
+	// from it yet refuses proposals (no leader to forward them to), which
+	// CI's race run once caught.
+	leader := reps[lead].Status().ID
+	require.Eventually(t, func() bool { st := f.Status(); return st.Ready && st.Leader == leader },
+		10*time.Second, time.Millisecond, "the follower never learned the leader")
 	return f, wrappers[f.Status().ID]
 }
 
