@@ -57,7 +57,7 @@ func newNodeCollector(src Sources, requests *requestCounts) *nodeCollector {
 		readRoundReads:   desc("raft", "read_index_reads_total", "Linearizable reads carried by the ReadIndex rounds this node started (a read retried after a lost round counts again)."),
 		syncedEntries:    desc("raft", "log_synced_entries_total", "Entries written to the raft log in fsynced batches; divided by kvd_raft_log_synced_batches_total, the entries one fsync covers (group commit)."),
 		syncedBatches:    desc("raft", "log_synced_batches_total", "Fsynced raft log batches that carried entries."),
-		gatherHolds:      desc("raft", "group_commit_holds_total", "Batches the leader held open, for at most half an fsync's time, for the writers it had just answered, so that one fsync covers them too."),
+		gatherHolds:      desc("raft", "group_commit_holds_total", "Batches the leader held open, for at most an fsync's time, for the writers it had just answered, so that one fsync covers them too."),
 		members:          desc("raft", "members", "Members of the raft configuration, by kind (voter, learner).", "kind"),
 		role:             desc("raft", "role", "1 for this node's current raft role, 0 for the others.", "role"),
 
