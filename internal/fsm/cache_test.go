@@ -191,6 +191,47 @@ func TestItemCacheWithinOneBatch(t *testing.T) {
 	require.Equal(t, "de", string(it.Value))
 }
 
+// Get hands out the cached bytes themselves, not a copy: appending to the
+// value a reader got (as a reply buffer might) must not reach the cache,
+// whether the value came from the cache or from Pebble, and a later write
+// must not change what an earlier reader holds.
+func TestGetSharesTheCacheButCannotWriteIt(t *testing.T) {
+	f := openWithCache(t, 1<<20)
+	a := &applier{t: t, f: f}
+	require.Equal(t, StatusStored, a.do(set(command.OpSet, "k", "abc")).Status)
+	for _, from := range []string{"cache after the write", "cache after the first get"} {
+		it, ok, err := f.Get([]byte("k"), t0)
+		require.NoError(t, err, from)
+		require.True(t, ok, from)
+		require.Equal(t, len(it.Value), cap(it.Value), from)
+		grown := append(it.Value, "XYZ"...)
+		grown[0] = 'Z'
+		again, _, err := f.Get([]byte("k"), t0)
+		require.NoError(t, err)
+		require.Equal(t, "abc", string(again.Value), from)
+		require.Equal(t, "abc", string(it.Value), from)
+	}
+	held, _, err := f.Get([]byte("k"), t0)
+	require.NoError(t, err)
+	require.Equal(t, StatusStored, a.do(set(command.OpAppend, "k", "def")).Status)
+	now, _, err := f.Get([]byte("k"), t0)
+	require.NoError(t, err)
+	require.Equal(t, "abcdef", string(now.Value))
+	require.Equal(t, "abc", string(held.Value), "an apply must not rewrite bytes a reader holds")
+
+	// Read from Pebble (no item cache): the same contract.
+	g := openWithCache(t, -1)
+	b := &applier{t: t, f: g}
+	require.Equal(t, StatusStored, b.do(set(command.OpSet, "k", "abc")).Status)
+	it, ok, err := g.Get([]byte("k"), t0)
+	require.NoError(t, err)
+	require.True(t, ok)
+	_ = append(it.Value, "XYZ"...)
+	again, _, err := g.Get([]byte("k"), t0)
+	require.NoError(t, err)
+	require.Equal(t, "abc", string(again.Value))
+}
+
 // Pebble charges its memtables to the block cache, so a cache sized at
 // CacheBytes alone left blocks nothing once the memtables had grown: with
 // the defaults, the mutable 32 MiB memtable and the flushed one kept for

@@ -319,8 +319,9 @@ func (f *FSM) Stats() Stats {
 
 // Get returns the item under key if it is visible at nowNs (Unix ns, the
 // reader's clock): not expired and not hidden by a delayed flush_all.
+// The item's Value may be shared with the item cache: read it, never
+// write to it (its capacity ends with it, so an append copies).
 func (f *FSM) Get(key []byte, nowNs int64) (Item, bool, error) {
-	var kb [1 + command.MaxKeyLen]byte
 	f.dbMu.RLock()
 	defer f.dbMu.RUnlock()
 	if f.db == nil {
@@ -331,6 +332,9 @@ func (f *FSM) Get(key []byte, nowNs int64) (Item, bool, error) {
 		return Item{}, false, nil
 	}
 	if !ok {
+		// Declared here: Pebble's Get makes it escape, and a cache hit
+		// should not pay for a heap key.
+		var kb [1 + command.MaxKeyLen]byte
 		v, closer, err := f.db.Get(dataKey(kb[:0], key))
 		if errors.Is(err, pebble.ErrNotFound) {
 			f.cache.fill(key, absent, seq)
@@ -343,7 +347,10 @@ func (f *FSM) Get(key []byte, nowNs int64) (Item, bool, error) {
 		_ = closer.Close()
 		f.cache.fill(key, enc, seq)
 	}
-	it, ok, err := readItem(enc, key)
+	// enc is the cache's entry or the copy just cached, and neither is
+	// ever written again (store caches a fresh copy), so the value need
+	// not be copied once more for every get.
+	it, ok, err := viewItem(enc, key)
 	if err != nil || !ok || !f.visible(&it, nowNs) {
 		return Item{}, false, err
 	}
@@ -354,6 +361,16 @@ func (f *FSM) Get(key []byte, nowNs int64) (Item, bool, error) {
 // cache; an empty enc is a key known absent. Value is a copy: the caller
 // may keep it after the buffer is released.
 func readItem(enc, key []byte) (Item, bool, error) {
+	it, ok, err := viewItem(enc, key)
+	if ok {
+		it.Value = append([]byte(nil), it.Value...)
+	}
+	return it, ok, err
+}
+
+// viewItem is readItem without the copy: Value aliases enc, with its
+// capacity cut to its length so that an append cannot write into enc.
+func viewItem(enc, key []byte) (Item, bool, error) {
 	if len(enc) == 0 {
 		return Item{}, false, nil
 	}
@@ -361,7 +378,7 @@ func readItem(enc, key []byte) (Item, bool, error) {
 	if err := decodeItem(enc, &it); err != nil {
 		return Item{}, false, fmt.Errorf("read %q: %w", key, err)
 	}
-	it.Value = append([]byte(nil), it.Value...)
+	it.Value = it.Value[:len(it.Value):len(it.Value)]
 	return it, true, nil
 }
 
