@@ -5,8 +5,9 @@
 // flushes the disk completes per second when several threads flush at once.
 //
 // kvd's write rates follow this figure (every write waits for one fsync of
-// the raft log, shared by a group commit), and on the shared VMs the numbers
-// in bench/ come from it drifts by a factor of two or three within an hour.
+// the raft log, shared by a group commit), and on the shared VMs where the
+// numbers in bench/ are measured it drifts by a factor of two or three
+// within an hour.
 // bench/core.sh runs it before and after its cases so that each report
 // says what the disk was doing while it was measured.
 //

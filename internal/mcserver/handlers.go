@@ -3,7 +3,6 @@ package mcserver
 import (
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -191,11 +190,6 @@ func unexpected(dst []byte, r kv.Result) []byte {
 	return mcproto.AppendServerError(dst, "unexpected result "+r.Status.String())
 }
 
-// valueLineSlack bounds what a VALUE reply adds to its key and data:
-// "VALUE ", three numbers (flags, length, CAS), their spaces, two CRLFs and
-// the END line after it.
-const valueLineSlack = 64
-
 // get answers a get or gets. The reply is streamed: every getChunk bytes
 // go to the writer as they are read (see replyBudget), and the returned
 // reply is the rest.
@@ -234,9 +228,6 @@ func (c *conn) get(req *mcproto.Request) *reply {
 		}
 		st.GetHits.Add(1)
 		st.count(req.Command, ResultHit, 1)
-		// Room for the whole VALUE line, the data and END at once: growing
-		// from nil took five or six copies for a 512-byte value.
-		buf = slices.Grow(buf, len(k)+len(it.Value)+valueLineSlack)
 		buf = mcproto.AppendValue(buf, k, it.Flags, it.Value, it.CAS, withCAS)
 	}
 	return c.budgeted(mcproto.AppendEnd(buf))

@@ -664,16 +664,14 @@ func (r *Replica) drain() int {
 // again T after they are answered take, without the hold, 2F a round when
 // T < F (each group waits for the other's fsync, then its own), and T + F
 // with it, so a hold pays up to F; past F the groups drift apart and take
-// T + F either way, and a hold would save only the fsync's CPU. (Half of
-// F, the bound until 2026-11-25, is the break-even for writers answered
-// once and not again; the backoff below is what protects those. Raising
-// it to F took eight writers from 4.9 to 7.6 writes per fsync on a
-// 170 µs disk, bench/RESULTS-core.md.) The hold is taken only when the
-// last apply answered writers that have not come back yet: a lone writer
-// never waits. It ends at once when a peer's message or a reader arrives, so
-// it never delays a commit or a read. This is PostgreSQL's commit_delay
-// with commit_siblings, with the delay and the sibling count measured
-// rather than configured.
+// T + F either way, and a hold would save only the fsync's CPU. Half of F
+// is the break-even only for writers answered once and not again, and the
+// backoff below protects those (bench/RESULTS-core.md has the measured
+// batches). The hold is taken only when the last apply answered writers
+// that have not come back yet: a lone writer never waits. It ends at once
+// when a peer's message or a reader arrives, so it never delays a commit
+// or a read. This is PostgreSQL's commit_delay with commit_siblings, with
+// the delay and the sibling count measured rather than configured.
 //
 // An answered writer need not write again soon (a client that mostly
 // reads, say), and then holding for it only delays the writes in hand. A
