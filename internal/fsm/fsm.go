@@ -152,7 +152,7 @@ type FSM struct {
 	durable    atomic.Uint64 // also read by Stats
 
 	// scratch buffers reused by Apply (single goroutine).
-	kbuf, vbuf []byte
+	kbuf []byte
 	// The item cache updates the batch Apply is building will make once it
 	// commits; inBatch holds the keys it wrote (whose items only the batch
 	// knows), and flushed says an immediate flush_all is in it (the cache
@@ -744,12 +744,16 @@ func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *Item, exis
 		f.keys.add(key)
 	}
 	st.bytes += int64(len(next.Value))
-	f.vbuf = encodeItem(f.vbuf[:0], next)
+	// The item cache keeps the encoding the batch copies in. Appending the
+	// value to a header that fills its array makes append allocate, and
+	// append copies the value in without zeroing the space first.
+	var hdr [itemHeaderLen]byte
+	enc := encodeItem(hdr[:0], next)
 	f.kbuf = dataKey(f.kbuf[:0], key)
-	if err := b.Set(f.kbuf, f.vbuf, nil); err != nil {
+	if err := b.Set(f.kbuf, enc, nil); err != nil {
 		return fmt.Errorf("write %q: %w", key, err)
 	}
-	f.cached(key, append([]byte(nil), f.vbuf...))
+	f.cached(key, enc)
 	if next.ExpiresAt != 0 {
 		var cas [8]byte
 		binary.BigEndian.PutUint64(cas[:], next.CAS)

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"google.golang.org/protobuf/proto"
 )
 
 // Record types. They are part of the on-disk format: never renumber them.
@@ -74,6 +75,29 @@ func appendRecord(buf []byte, prev uint32, typ byte, payload []byte) ([]byte, ui
 	c := recordCRC(prev, buf[start+4:start+recordHeaderLen], payload)
 	binary.BigEndian.PutUint32(buf[start:], c)
 	return buf, c
+}
+
+// marshalCached marshals with the size a proto.Size call just computed.
+var marshalCached = proto.MarshalOptions{UseCachedSize: true}
+
+// appendProtoRecord is appendRecord for the payload m marshalled, which
+// proto.Size said (just before, m unchanged since) is size bytes.
+func appendProtoRecord(buf []byte, prev uint32, typ byte, m proto.Message, size int) ([]byte, uint32, error) {
+	start := len(buf)
+	buf = append(buf, 0, 0, 0, 0)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(size))
+	buf = append(buf, typ)
+	buf, err := marshalCached.MarshalAppend(buf, m)
+	if err != nil {
+		return buf[:start], prev, fmt.Errorf("encode record of type %d: %w", typ, err)
+	}
+	payload := buf[start+recordHeaderLen:]
+	if len(payload) != size {
+		return buf[:start], prev, fmt.Errorf("encode record of type %d: %d bytes, sized at %d", typ, len(payload), size)
+	}
+	c := recordCRC(prev, buf[start+4:start+recordHeaderLen], payload)
+	binary.BigEndian.PutUint32(buf[start:], c)
+	return buf, c, nil
 }
 
 func headerPayload(seq uint64) []byte {

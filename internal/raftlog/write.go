@@ -55,12 +55,9 @@ func (l *Log) Save(hs *pb.HardState, ents []*pb.Entry) error {
 	recs := make([]pending, 0, len(ents)+1)
 	cached := make([]cachedEntry, len(ents))
 	for k, e := range ents {
-		v, err := proto.Marshal(e)
-		if err != nil {
-			return fmt.Errorf("raftlog: save entries: encode entry %d: %w", e.GetIndex(), err)
-		}
-		recs = append(recs, pending{typ: recEntry, payload: v})
-		cached[k] = cachedEntry{e: e, size: len(v)}
+		n := proto.Size(e)
+		recs = append(recs, pending{typ: recEntry, msg: e, size: n})
+		cached[k] = cachedEntry{e: e, size: n}
 	}
 	if saveHardState {
 		r, err := protoRecord(recHardState, hs)
