@@ -101,11 +101,12 @@ disk_after=$("$work/fsyncprobe" -dir "$work" -threads 1,8)
 # first, even pairs kvd first, so a drift in the machine's speed during a
 # pair favours neither. Every run has a fresh server to itself, started
 # after the page cache's dirty pages are written out (sync) and stopped
-# when its run ends. In one run of this script on shared servers, each
-# server was slower when it ran second: kvd's 8 KiB sets by about a
-# third after memcached's, whose memory it then had to share, and
-# memcached's after kvd's, whose dirty pages the kernel was still
-# writing back. And a memcached that has filled its memory (-m) evicts
+# when its run ends. With both servers of a pair running through it,
+# each was slower when it ran second: kvd's 8 KiB sets by about a
+# quarter after memcached's, and memcached's after kvd's, while the
+# kernel was still writing back kvd's dirty pages. Run alone, each
+# still is, by less (bench/RESULTS-core.md), which the alternating order
+# evens out. And a memcached that has filled its memory (-m) evicts
 # and reuses it, and then took unique 8 KiB sets over twice as fast as
 # while it still kept every one (16–20k/s against 44–47k/s): the target
 # compares two servers that both keep what they were given.
