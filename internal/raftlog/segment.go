@@ -68,13 +68,8 @@ func recordCRC(prev uint32, hdr, payload []byte) uint32 {
 // extended buffer and the record's CRC.
 func appendRecord(buf []byte, prev uint32, typ byte, payload []byte) ([]byte, uint32) {
 	start := len(buf)
-	buf = append(buf, 0, 0, 0, 0)
-	buf = binary.BigEndian.AppendUint32(buf, uint32(len(payload)))
-	buf = append(buf, typ)
-	buf = append(buf, payload...)
-	c := recordCRC(prev, buf[start+4:start+recordHeaderLen], payload)
-	binary.BigEndian.PutUint32(buf[start:], c)
-	return buf, c
+	buf = append(beginRecord(buf, typ, len(payload)), payload...)
+	return endRecord(buf, start, prev)
 }
 
 // marshalCached marshals with the size a proto.Size call just computed.
@@ -84,20 +79,31 @@ var marshalCached = proto.MarshalOptions{UseCachedSize: true}
 // proto.Size said (just before, m unchanged since) is size bytes.
 func appendProtoRecord(buf []byte, prev uint32, typ byte, m proto.Message, size int) ([]byte, uint32, error) {
 	start := len(buf)
-	buf = append(buf, 0, 0, 0, 0)
-	buf = binary.BigEndian.AppendUint32(buf, uint32(size))
-	buf = append(buf, typ)
-	buf, err := marshalCached.MarshalAppend(buf, m)
+	buf, err := marshalCached.MarshalAppend(beginRecord(buf, typ, size), m)
 	if err != nil {
 		return buf[:start], prev, fmt.Errorf("encode record of type %d: %w", typ, err)
 	}
-	payload := buf[start+recordHeaderLen:]
-	if len(payload) != size {
-		return buf[:start], prev, fmt.Errorf("encode record of type %d: %d bytes, sized at %d", typ, len(payload), size)
+	if n := len(buf) - start - recordHeaderLen; n != size {
+		return buf[:start], prev, fmt.Errorf("encode record of type %d: %d bytes, sized at %d", typ, n, size)
 	}
-	c := recordCRC(prev, buf[start+4:start+recordHeaderLen], payload)
-	binary.BigEndian.PutUint32(buf[start:], c)
+	buf, c := endRecord(buf, start, prev)
 	return buf, c, nil
+}
+
+// beginRecord appends the header of a record of n payload bytes, its CRC
+// left for endRecord.
+func beginRecord(buf []byte, typ byte, n int) []byte {
+	buf = append(buf, 0, 0, 0, 0)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(n))
+	return append(buf, typ)
+}
+
+// endRecord fills in the CRC of the record that starts at buf[start] and
+// runs to the end of buf, chained from prev.
+func endRecord(buf []byte, start int, prev uint32) ([]byte, uint32) {
+	c := recordCRC(prev, buf[start+4:start+recordHeaderLen], buf[start+recordHeaderLen:])
+	binary.BigEndian.PutUint32(buf[start:], c)
+	return buf, c
 }
 
 func headerPayload(seq uint64) []byte {

@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // segmentedLog writes 200 entries of term 1 to a log of 1 KiB segments,
@@ -190,4 +191,37 @@ func TestASpareIsPrefilled(t *testing.T) {
 	got, err := l.LastIndex()
 	require.NoError(t, err)
 	require.Equal(t, last+1, got)
+}
+
+// An entry marshalled in place makes the same record, byte for byte, as
+// one marshalled apart, and a wrong size is refused rather than written.
+func TestProtoRecordMatchesMarshalledRecord(t *testing.T) {
+	big := make([]byte, 8192)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	for _, tc := range []struct {
+		name string
+		e    *pb.Entry
+	}{
+		{"no data", &pb.Entry{Index: new(uint64(1)), Term: new(uint64(1))}},
+		{"small", &pb.Entry{Index: new(uint64(300)), Term: new(uint64(2)), Data: []byte("set k")}},
+		{"8 KiB", &pb.Entry{Index: new(uint64(1 << 40)), Term: new(uint64(9)), Data: big}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := proto.Marshal(tc.e)
+			require.NoError(t, err)
+			prefix := []byte("earlier records")
+			want, wantCRC := appendRecord(append([]byte(nil), prefix...), 42, recEntry, v)
+			got, gotCRC, err := appendProtoRecord(append([]byte(nil), prefix...), 42, recEntry, tc.e, proto.Size(tc.e))
+			require.NoError(t, err)
+			require.Equal(t, want, got)
+			require.Equal(t, wantCRC, gotCRC)
+
+			got, gotCRC, err = appendProtoRecord(append([]byte(nil), prefix...), 42, recEntry, tc.e, proto.Size(tc.e)+1)
+			require.Error(t, err)
+			require.Equal(t, prefix, got)
+			require.Equal(t, uint32(42), gotCRC)
+		})
+	}
 }
