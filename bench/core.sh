@@ -113,7 +113,7 @@ disk_after=$("$work/fsyncprobe" -dir "$work" -threads 1,8)
 kill "$mcpid" "$kpid"; wait "$mcpid" "$kpid" 2>/dev/null || true
 # alone WHO NAME ARGS…: one bench run on a fresh server of its own.
 alone() {
-  local who=$1 name=$2; shift 2
+  local who=$1 name=$2 addr pid; shift 2
   sync
   if [ "$who" = mc ]; then start_memcached; addr=127.0.0.1:$mcport; pid=$mcpid
   else start_kvd; addr=127.0.0.1:$kport; pid=$kpid; fi
@@ -164,39 +164,33 @@ ratio() { python3 -c "print('%.2f' % ($1/$2))"; }
     echo "| 512 B gets, ${c[$i]} conn(s) (p50 kvd $(p50 kv-read $i), memcached $(p50 mc-read $i)) | $m | $k | $(ratio $k $m) | |"
   done
   echo
-  # ratio_pairs NAME TARGET: the pairs of case NAME and their median ratio.
-  ratio_pairs() {
-    local name=$1 target=$2 pairs=()
-    for i in $(seq "$PAIRS"); do pairs+=("$(ops "mc-$name-pair$i") $(ops "kv-$name-pair$i")"); done
-    python3 - "$name" "$target" "${pairs[@]}" <<'PY'
+  # pairs_summary WHAT LEGEND JOIN TARGET "A B"…: every pair's B / A and
+  # their median, the figure judged against TARGET; JOIN sits between A
+  # and B, and LEGEND says what they are.
+  pairs_summary() {
+    python3 - "$@" <<'PY'
 import statistics, sys
-name, target = sys.argv[1], sys.argv[2]
-pairs = [tuple(map(float, p.split())) for p in sys.argv[3:]]
-ratios = [k / m for m, k in pairs]
-print("%s in %d alternating pairs (memcached ops/s, kvd ops/s, kvd / memcached): %s;" % (
-    name, len(pairs), " · ".join("%.0f, %.0f (%.2f)" % (m, k, k / m) for m, k in pairs)))
+what, legend, join, target = sys.argv[1:5]
+pairs = [tuple(map(float, p.split())) for p in sys.argv[5:]]
+ratios = [b / a for a, b in pairs]
+print("%s in %d alternating pairs (%s): %s;" % (what, len(pairs), legend,
+    " · ".join("%.0f%s%.0f (%.2f)" % (a, join, b, b / a) for a, b in pairs)))
 print("median %.2f, range %.2f–%.2f (target: median %s)." % (
     statistics.median(ratios), min(ratios), max(ratios), target))
 PY
   }
-  ratio_pairs membrain "≥ 0.6"
-  echo
-  ratio_pairs write8k "≥ 0.4"
-  echo
+  for t in "membrain ≥ 0.6" "write8k ≥ 0.4"; do
+    name=${t%% *} pairs=()
+    for i in $(seq "$PAIRS"); do pairs+=("$(ops "mc-$name-pair$i") $(ops "kv-$name-pair$i")"); done
+    pairs_summary "$name" "memcached ops/s, kvd ops/s, kvd / memcached" ", " "${t#* }" "${pairs[@]}"
+    echo
+  done
   w1=$(ops kv-write 0); w8=$(ops kv-write 1)
   echo "kvd write scaling (group commit), in the sequence above: 8 connections / 1 connection = $(ratio $w8 $w1)."
   echo
   pairs=()
   for i in $(seq "$PAIRS"); do pairs+=("$(ops "kv-pair$i-1") $(ops "kv-pair$i-8")"); done
-  python3 - "${pairs[@]}" <<'PY'
-import statistics, sys
-pairs = [tuple(map(float, p.split())) for p in sys.argv[1:]]
-ratios = [b / a for a, b in pairs]
-print("kvd write scaling in %d alternating pairs (1 connection, then 8): %s;" % (
-    len(pairs), " · ".join("%.0f → %.0f (%.2f)" % (a, b, b / a) for a, b in pairs)))
-print("median %.2f, range %.2f–%.2f (target: median ≥ 5)." % (
-    statistics.median(ratios), min(ratios), max(ratios)))
-PY
+  pairs_summary "kvd write scaling" "1 connection, then 8" " → " "≥ 5" "${pairs[@]}"
   echo
   echo "Resident memory holding 1,000,000 items of 512 bytes: memcached $((mc_rss/1024)) MiB,"
   echo "kvd $((kv_rss/1024)) MiB (defaults: Pebble block cache 64 MiB \`--cache-size\`, item cache 64 MiB"
