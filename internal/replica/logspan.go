@@ -49,9 +49,19 @@ func (s *logSpan) cumAt(index uint64) uint64 {
 
 // keepFrom is the lowest mark index such that the entries after it, up to
 // durable, hold at most keep bytes: compacting to it leaves at most keep
-// bytes behind. It is 0 when every mark qualifies (nothing to bound).
+// bytes behind. It is 0 when the entries after the compaction point, up to
+// durable, hold at most keep bytes already (nothing to bound).
+//
+// The 0 is what makes a compaction happen once per move of durable: the
+// lowest mark always qualifies when the span fits, and returning it had the
+// log compacted one apply batch further on every apply while the state
+// store's flush lagged (each compaction an fsync in the Ready loop: a third
+// of the loop's fsyncs under unique 8 KiB sets, bench/RESULTS-core.md).
 func (s *logSpan) keepFrom(durable, keep uint64) uint64 {
 	end := s.cumAt(durable)
+	if end <= s.base+keep {
+		return 0
+	}
 	for _, m := range s.marks {
 		if m.index <= durable && end-m.cum <= keep {
 			return m.index
