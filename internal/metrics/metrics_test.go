@@ -238,6 +238,7 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	require.GreaterOrEqual(t, value(t, after, "kvd_storage_block_cache_hits_total", "store", "state")+
 		value(t, after, "kvd_storage_block_cache_misses_total", "store", "state"), 0.0)
 	require.GreaterOrEqual(t, value(t, after, "kvd_raft_log_segments"), 1.0)
+	require.Equal(t, 0.0, value(t, after, "kvd_raft_log_compactions_total"), "7 entries are far below any compaction trigger")
 
 	// Runtime and process collectors, and build info.
 	require.Positive(t, value(t, after, "go_goroutines"))

@@ -74,6 +74,7 @@ type Log struct {
 		syncCount      uint64
 		syncDuration   time.Duration
 		entryDiskReads uint64
+		compactions    uint64
 	}
 }
 

@@ -24,6 +24,10 @@ type Stats struct {
 	// EntryDiskReads counts entries read from segment files by Entries,
 	// that is, tail-cache misses.
 	EntryDiskReads uint64
+	// Compactions counts the Compact calls that discarded entries, each an
+	// fsync: about one per flush of the state store is expected, and many
+	// more than that is a caller compacting too eagerly.
+	Compactions uint64
 }
 
 // Stats returns the current statistics. Safe to call from any goroutine.
@@ -39,6 +43,7 @@ func (l *Log) Stats() Stats {
 		TailCacheEntries: l.cache.len(),
 		TailCacheBytes:   l.cache.bytes,
 		EntryDiskReads:   l.stats.entryDiskReads,
+		Compactions:      l.stats.compactions,
 	}
 	if l.closed {
 		return s

@@ -196,6 +196,7 @@ func (l *Log) Compact(index uint64, cs *pb.ConfState) error {
 	}
 	l.pos = l.pos[index-l.firstIndex()+1:]
 	l.compaction = meta
+	l.stats.compactions++
 	l.cache.dropThrough(index)
 	return nil
 }

@@ -35,18 +35,22 @@ func TestCompact(t *testing.T) {
 					l, dir := newLog10(t, v.opts)
 					require.NoError(t, l.Save(hardState(2, 1, 8), nil))
 					before := captureState(t, l)
+					compactions := l.Stats().Compactions
 					err := l.Compact(tc.index, tc.cs)
 					switch {
 					case tc.wantErrIs != nil:
 						require.ErrorIs(t, err, tc.wantErrIs)
 						requireSameState(t, before, captureState(t, l))
+						require.Equal(t, compactions, l.Stats().Compactions)
 						return
 					case tc.wantErr:
 						require.Error(t, err)
 						requireSameState(t, before, captureState(t, l))
+						require.Equal(t, compactions, l.Stats().Compactions)
 						return
 					}
 					require.NoError(t, err)
+					require.Equal(t, compactions+1, l.Stats().Compactions)
 					check := func(l *Log) {
 						first, err := l.FirstIndex()
 						require.NoError(t, err)
