@@ -102,5 +102,6 @@ func TestLogSpanCompactsOncePerDurableMove(t *testing.T) {
 		require.LessOrEqual(t, (durable-compactedTo)*entry, uint64(keep+batch*entry))
 	}
 	require.Positive(t, moves)
+	require.Positive(t, compactions, "the log was never compacted")
 	require.LessOrEqual(t, compactions, moves, "compacted %d times for %d moves of the durable index", compactions, moves)
 }
