@@ -116,6 +116,12 @@ type Options struct {
 	FlushAfterEntries uint64
 	// FS replaces the filesystem, for crash tests (default: the OS).
 	FS vfs.FS
+	// RetryPause, when set, is called before a flush or compaction creates
+	// a file while the store's background work is failing, with the number
+	// of failures since the last flush that succeeded; it should sleep a
+	// backoff (pacedFS). The node passes one: package fsm keeps no clock.
+	// Nil leaves Pebble's retries unpaced.
+	RetryPause func(failures uint64)
 }
 
 // FSM is the state machine over one Pebble instance.

@@ -12,7 +12,8 @@ import (
 // compactions) through Pebble's event listener, from Pebble's goroutines.
 //
 // Pebble retries a failed flush at once and without end: on a full disk
-// it failed hundreds of times a second, and logged every failure. A flush
+// it failed hundreds of times a second (pacedFS now spaces the attempts
+// out), and logged every failure. A flush
 // that cannot succeed also never ends a wait for it, so Close, which
 // flushes so that a clean restart has nothing to replay, must not wait
 // for one while the disk refuses them: it would hold the process up
@@ -25,6 +26,7 @@ type storeHealth struct {
 
 	mu       sync.Mutex
 	failures uint64 // background errors since the last flush that succeeded
+	paused   uint64 // the failure count pacedFS last paused for
 	last     error
 	next     chan struct{} // closed at the next background error; nil if none waits
 }
@@ -65,7 +67,7 @@ func (h *storeHealth) flushEnd(info pebble.FlushInfo) {
 	}
 	h.mu.Lock()
 	n := h.failures
-	h.failures, h.last = 0, nil
+	h.failures, h.paused, h.last = 0, 0, nil
 	h.mu.Unlock()
 	if n > 0 {
 		h.logger.Info("state store flushes succeed again", "failures_before", n, "component", "pebble")
@@ -78,6 +80,21 @@ func (h *storeHealth) failing() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.last
+}
+
+// pauseDue tells pacedFS whether to pause before a flush or compaction
+// creates a file, and the failures since the last flush that succeeded:
+// once per failure, so that the attempt after it pauses at its first file
+// only. An attempt writes several files, and pausing at each made a flush
+// on a disk with space again take half a second per file.
+func (h *storeHealth) pauseDue() (uint64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.failures == 0 || h.failures == h.paused {
+		return 0, false
+	}
+	h.paused = h.failures
+	return h.failures, true
 }
 
 // nextFailure returns a channel closed at the next background error.

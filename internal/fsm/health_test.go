@@ -95,3 +95,105 @@ func TestHealthClearsOnAGoodFlush(t *testing.T) {
 	h.flushEnd(pebble.FlushInfo{Done: true, Err: syscall.EIO})
 	require.ErrorIs(t, h.failing(), syscall.EIO, "a failed flush clears nothing")
 }
+
+// TestFailingFlushRetriesArePaced: while the disk refuses writes, each
+// retry of the failing flush first waits for RetryPause, with the count of
+// failures so far; once a flush succeeds nothing waits any more. The
+// pause here blocks until the test lets it go, so the test steps Pebble's
+// retry loop one attempt at a time.
+func TestFailingFlushRetriesArePaced(t *testing.T) {
+	var full atomic.Bool
+	mem := vfs.NewMem()
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if full.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return &os.PathError{Op: "write", Path: op.Path, Err: syscall.ENOSPC}
+		}
+		return nil
+	}))
+	paused := make(chan uint64)
+	release := make(chan struct{})
+	stop := make(chan struct{}) // closed at the end: no pause waits then
+	pause := func(n uint64) {
+		select {
+		case paused <- n:
+		case <-stop:
+			return
+		}
+		select {
+		case <-release:
+		case <-stop:
+		}
+	}
+	f, err := Open("/state", discardLogger(), Options{FS: fs, CacheBytes: 1 << 20, FlushAfterBytes: 2 << 10, RetryPause: pause})
+	require.NoError(t, err)
+	defer func() {
+		close(stop)
+		require.NoError(t, f.Close())
+	}()
+	// Healthy: a flush creates its files without a pause (a pause would
+	// block this flush, and syncUntil would time out).
+	next := setKeys(t, f, 1, 0, 100, "a")
+	_, err = f.Sync()
+	require.NoError(t, err)
+	require.Equal(t, next-1, syncUntil(t, f, next-1))
+
+	full.Store(true)
+	next = setKeys(t, f, next, 100, 200, "b")
+	_, err = f.Sync() // a flush that fails, and is retried
+	require.NoError(t, err)
+	receive := func() uint64 {
+		select {
+		case n := <-paused:
+			return n
+		case <-time.After(30 * time.Second):
+			t.Fatal("the failing flush was never retried")
+			return 0
+		}
+	}
+	first := receive()
+	require.Positive(t, first, "paused before any failure")
+	// The next attempt fails too, and its retry pauses with a higher count
+	// (a compaction's attempt may pause in between with the same count).
+	for n := first; n == first; {
+		release <- struct{}{}
+		n = receive()
+		require.GreaterOrEqual(t, n, first)
+	}
+
+	// Space back: the retry released now succeeds, and with it the store is
+	// healthy again; its next flush does not pause.
+	full.Store(false)
+	release <- struct{}{}
+	require.Equal(t, next-1, syncUntil(t, f, next-1), "the retried flush did not make the writes durable")
+	require.NoError(t, f.health.failing())
+	next = setKeys(t, f, next, 200, 300, "c")
+	_, err = f.Sync()
+	require.NoError(t, err)
+	require.Equal(t, next-1, syncUntil(t, f, next-1))
+}
+
+// TestPauseDueOncePerFailure: pacedFS pauses at the first file an attempt
+// creates after each failure, never while nothing fails, and starts over
+// after a flush that succeeded.
+func TestPauseDueOncePerFailure(t *testing.T) {
+	h := newStoreHealth(discardLogger())
+	_, ok := h.pauseDue()
+	require.False(t, ok, "nothing failed")
+	h.backgroundError(syscall.ENOSPC)
+	n, ok := h.pauseDue()
+	require.True(t, ok)
+	require.Equal(t, uint64(1), n)
+	_, ok = h.pauseDue()
+	require.False(t, ok, "the same attempt's next file")
+	h.backgroundError(syscall.ENOSPC)
+	n, ok = h.pauseDue()
+	require.True(t, ok)
+	require.Equal(t, uint64(2), n)
+	h.flushEnd(pebble.FlushInfo{Done: true})
+	_, ok = h.pauseDue()
+	require.False(t, ok, "a good flush ends the pauses")
+	h.backgroundError(syscall.ENOSPC)
+	n, ok = h.pauseDue()
+	require.True(t, ok, "a new run of failures pauses again")
+	require.Equal(t, uint64(1), n)
+}

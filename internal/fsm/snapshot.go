@@ -155,6 +155,9 @@ func pebbleOptions(cache *pebble.Cache, opts Options, logger *slog.Logger, healt
 		}
 	}
 	health.listen(po.EventListener)
+	if opts.RetryPause != nil {
+		po.FS = pacedFS{FS: opts.FS, health: health, pause: opts.RetryPause}
+	}
 	po.EnsureDefaults()
 	return po
 }

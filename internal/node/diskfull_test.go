@@ -115,3 +115,22 @@ func lastLines(log, substr string) string {
 	}
 	return strings.Join(out, " | ")
 }
+
+func TestRetryBackoff(t *testing.T) {
+	tests := []struct {
+		failures uint64
+		want     time.Duration
+	}{
+		{0, 0},
+		{1, 10 * time.Millisecond},
+		{2, 20 * time.Millisecond},
+		{5, 160 * time.Millisecond},
+		{6, 320 * time.Millisecond},
+		{7, maxRetryBackoff},
+		{1000, maxRetryBackoff},
+		{^uint64(0), maxRetryBackoff},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, retryBackoff(tt.failures), "after %d failures", tt.failures)
+	}
+}

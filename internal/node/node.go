@@ -99,7 +99,8 @@ func Start(cfg config.Config, logger *slog.Logger) (n *Node, err error) {
 		CacheBytes: int64(cfg.CacheSize), ItemCacheBytes: itemCacheBytes(cfg.ItemCacheSize),
 		// The log is compacted up to what the store holds on disk: flush at
 		// least as often as the log is meant to be compacted.
-		FlushAfterEntries: cfg.SnapshotCount})
+		FlushAfterEntries: cfg.SnapshotCount,
+		RetryPause:        func(failures uint64) { time.Sleep(retryBackoff(failures)) }})
 	if err != nil {
 		return nil, fmt.Errorf("open state store: %w", err)
 	}
@@ -434,3 +435,17 @@ func itemCacheBytes(size config.Size) int64 {
 	}
 	return int64(size)
 }
+
+// retryBackoff is how long the state store waits before it retries a
+// flush or compaction that failed failures times in a row (a full disk):
+// 10 ms after the first failure, doubling up to half a second, so that a
+// disk that frees up is written again within half a second and one that
+// stays full costs a few attempts a second, not hundreds.
+func retryBackoff(failures uint64) time.Duration {
+	if failures == 0 {
+		return 0
+	}
+	return min(10*time.Millisecond<<min(failures-1, 6), maxRetryBackoff)
+}
+
+const maxRetryBackoff = 500 * time.Millisecond
