@@ -13,10 +13,10 @@ import (
 // CPU taken from a node that still serves reads, deletes and flush_all.
 // Flushes and compactions are what create sstables and blob files (a
 // checkpoint too, when it cannot hard-link them, but kvd's Checkpoint
-// refuses to start while the store's work is failing), and they create them without
-// Pebble's DB mutex held, so a pause there delays the next attempt and
-// nothing else: commits, reads and the Ready loop go on. While nothing
-// fails, Create costs one uncontended mutex more.
+// refuses to start while the store's work is failing), and they create
+// them without Pebble's DB mutex held, so a pause there delays the next
+// attempt and nothing else: commits, reads and the Ready loop go on. While
+// nothing fails, Create costs one uncontended mutex more.
 type pacedFS struct {
 	vfs.FS
 	health *storeHealth
