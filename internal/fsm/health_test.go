@@ -16,6 +16,17 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// fillable wraps fs so that every write fails with ENOSPC while full is
+// set: a disk that fills up and frees again.
+func fillable(fs vfs.FS, full *atomic.Bool) vfs.FS {
+	return errorfs.Wrap(fs, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if full.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return &os.PathError{Op: "write", Path: op.Path, Err: syscall.ENOSPC}
+		}
+		return nil
+	}))
+}
+
 // TestCloseOnAFullDiskSkipsTheFlush: once the disk refuses writes, every
 // flush fails and Pebble retries it without end, so a flush never
 // finishes. Close must not wait for one (the raft log holds what it would
@@ -24,12 +35,7 @@ import (
 func TestCloseOnAFullDiskSkipsTheFlush(t *testing.T) {
 	var full atomic.Bool
 	mem := vfs.NewMem()
-	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if full.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
-			return &os.PathError{Op: "write", Path: op.Path, Err: syscall.ENOSPC}
-		}
-		return nil
-	}))
+	fs := fillable(mem, &full)
 	// slog's handler serialises Pebble's goroutines' writes; the test reads
 	// the buffer only after Close, when they have ended.
 	var log bytes.Buffer
@@ -104,12 +110,7 @@ func TestHealthClearsOnAGoodFlush(t *testing.T) {
 func TestFailingFlushRetriesArePaced(t *testing.T) {
 	var full atomic.Bool
 	mem := vfs.NewMem()
-	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if full.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
-			return &os.PathError{Op: "write", Path: op.Path, Err: syscall.ENOSPC}
-		}
-		return nil
-	}))
+	fs := fillable(mem, &full)
 	paused := make(chan uint64)
 	release := make(chan struct{})
 	stop := make(chan struct{}) // closed at the end: no pause waits then
