@@ -7,8 +7,8 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 )
 
-// BenchmarkSave measures one Save (one synced write to the segment file) of n entries of
-// 600 bytes on a real directory; the fsync dominates.
+// BenchmarkSave measures one Save (one synced write to the segment file)
+// of n entries of 600 bytes on a real directory; the fsync dominates.
 func BenchmarkSave(b *testing.B) {
 	for _, n := range []int{1, 64} {
 		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {

@@ -55,16 +55,12 @@ func (l *Log) Save(hs *pb.HardState, ents []*pb.Entry) error {
 	recs := make([]pending, 0, len(ents)+1)
 	cached := make([]cachedEntry, len(ents))
 	for k, e := range ents {
-		n := proto.Size(e)
-		recs = append(recs, pending{typ: recEntry, msg: e, size: n})
-		cached[k] = cachedEntry{e: e, size: n}
+		r := protoRecord(recEntry, e)
+		recs = append(recs, r)
+		cached[k] = cachedEntry{e: e, size: r.size}
 	}
 	if saveHardState {
-		r, err := protoRecord(recHardState, hs)
-		if err != nil {
-			return fmt.Errorf("raftlog: save hard state: %w", err)
-		}
-		recs = append(recs, r)
+		recs = append(recs, protoRecord(recHardState, hs))
 	}
 	// A commit-only HardState is written but not fsynced: the next fsync of
 	// this file (records are written in order) makes it durable.
@@ -187,11 +183,7 @@ func (l *Log) Compact(index uint64, cs *pb.ConfState) error {
 		Term:      new(term),
 		ConfState: pb.EnsureConfState(cloneConfState(cs)),
 	}
-	r, err := protoRecord(recCompaction, meta)
-	if err != nil {
-		return fmt.Errorf("raftlog: compact to %d: %w", index, err)
-	}
-	if _, err := l.write([]pending{r}, true); err != nil {
+	if _, err := l.write([]pending{protoRecord(recCompaction, meta)}, true); err != nil {
 		return fmt.Errorf("raftlog: compact to %d: %w", index, err)
 	}
 	l.pos = l.pos[index-l.firstIndex()+1:]
@@ -231,11 +223,7 @@ func (l *Log) ApplySnapshot(meta *pb.SnapshotMetadata) error {
 		Term:      new(meta.GetTerm()),
 		ConfState: pb.EnsureConfState(cloneConfState(meta.GetConfState())),
 	}
-	r, err := protoRecord(recSnapshot, m)
-	if err != nil {
-		return fmt.Errorf("raftlog: apply snapshot at %d: %w", m.GetIndex(), err)
-	}
-	if _, err := l.write([]pending{r}, true); err != nil {
+	if _, err := l.write([]pending{protoRecord(recSnapshot, m)}, true); err != nil {
 		return fmt.Errorf("raftlog: apply snapshot at %d: %w", m.GetIndex(), err)
 	}
 	l.pos = nil
@@ -265,11 +253,7 @@ func (l *Log) Bootstrap(cs *pb.ConfState) error {
 		Term:      new(uint64(0)),
 		ConfState: pb.EnsureConfState(cloneConfState(cs)),
 	}
-	r, err := protoRecord(recCompaction, m)
-	if err != nil {
-		return fmt.Errorf("raftlog: bootstrap: %w", err)
-	}
-	if _, err := l.write([]pending{r}, true); err != nil {
+	if _, err := l.write([]pending{protoRecord(recCompaction, m)}, true); err != nil {
 		return fmt.Errorf("raftlog: bootstrap: %w", err)
 	}
 	l.compaction = m
