@@ -99,6 +99,16 @@ func openStore(dir string, opts Options, logger *slog.Logger, health *storeHealt
 //     8 KiB sets run about 40 % faster on the same box
 //     (bench/RESULTS-core.md).
 //     Smaller values stay inline, where a get reads them with their key.
+//   - sstables of targetFileSize at every level. Pebble sizes a table by
+//     the bytes of the values it refers to in blob files as well as its
+//     own, so at its default targets (2 MiB in L0, doubling per level) a
+//     table of 8 KiB values held about 250 keys in a few kilobytes: 10 s
+//     of 8 KiB sets left some 700 files in the store, and creating,
+//     opening and deleting them took a large share of the compactions'
+//     CPU. At 64 MiB (RocksDB's default, the same at every level, so no
+//     level makes gigabyte tables of inline values) the same load left
+//     about 60 files, and kvd spent 10-20 % less CPU per 8 KiB set
+//     (bench/RESULTS-core.md).
 //   - No WAL. The raft log already holds every entry durably before it is
 //     applied, and replays what the store lost; a WAL wrote each value a
 //     third time (after the raft log and before the flush), a third of
@@ -130,24 +140,32 @@ func pebbleOptions(cache *pebble.Cache, opts Options, logger *slog.Logger, healt
 		po.Levels[i].FilterType = pebble.TableFilter
 	}
 	po.Levels[0].BlockSize = 64 << 10
+	for i := range po.TargetFileSizes {
+		po.TargetFileSizes[i] = targetFileSize
+	}
 	po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
 	po.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy {
 		return pebble.ValueSeparationPolicy{
 			Enabled:     true,
 			MinimumSize: blobMinSize,
 			// A compaction that would make one sstable refer to more than
-			// 64 overlapping blob files rewrites the values instead. Every
-			// flush writes blob files across the key space of its writes,
-			// so a deep sstable gains about one per flush: at 10 the
-			// compactions below L0 copied the values over and over (in
-			// 30 s of 8 KiB sets Pebble's write amplification into L5 and
-			// L6 was about 200 at 10, 2 at 64) and the sets ran 15-20 %
-			// slower. A get reads one blob file whatever the depth
-			// (bench/RESULTS-core.md).
+			// maxBlobDepth overlapping blob files rewrites the values
+			// instead. Every flush writes blob files across the key space
+			// of its writes, so a deep sstable gains about one per flush,
+			// and under a steady write load the depth is reached every
+			// maxBlobDepth flushes: each time, a compaction copies the
+			// values it covers again. At 10 the compactions below L0
+			// copied values over and over (in 30 s of 8 KiB sets Pebble's
+			// write amplification into L5 and L6 was about 200 at 10, 2
+			// at 64) and the sets ran 15-20 % slower than at 64; at 64
+			// that copying still began about 15 s into such a load (a
+			// flush every 0.2 s) and took 8 KiB sets over 30 s from
+			// 17.6-18.5k/s at 256 down to 14.4-16.4k/s. A get reads one
+			// blob file whatever the depth (bench/RESULTS-core.md).
 			// A blob file is rewritten once a fifth of what it holds is
 			// garbage (overwritten or deleted values), but not before it is
 			// five minutes old, so churn is not copied over and over.
-			MaxBlobReferenceDepth: 64,
+			MaxBlobReferenceDepth: maxBlobDepth,
 			TargetGarbageRatio:    0.2,
 			// Five minutes, in nanoseconds: fsm does not import package
 			// time (internal/lint keeps apply free of clocks).
@@ -170,8 +188,14 @@ const (
 	memTableReserve = 2 * memTableSize
 )
 
-// blobMinSize is the smallest value kept in a blob file (see pebbleOptions).
-const blobMinSize = 1024
+// blobMinSize is the smallest value kept in a blob file, targetFileSize
+// the size of the sstables compactions write, and maxBlobDepth how many
+// overlapping blob files an sstable may refer to (see pebbleOptions).
+const (
+	blobMinSize    = 1024
+	targetFileSize = 64 << 20
+	maxBlobDepth   = 256
+)
 
 // setMeta takes the bookkeeping of a store just opened, all of it on disk.
 func (f *FSM) setMeta(m storeMeta) {
