@@ -28,10 +28,7 @@ func TestFlushOfSeparatedValuesMakesOneTable(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	var ents []Entry
 	for i, k := range rng.Perm(n) { // keys in random order, as unique-key sets come
-		data, err := command.Encode(nil, &command.Command{Op: command.OpSet,
-			Key: []byte(fmt.Sprintf("key-%06d", k)), Value: value, Stamp: t0, MaxSize: 1 << 20})
-		require.NoError(t, err)
-		ents = append(ents, Entry{Index: uint64(i + 1), Data: data})
+		ents = append(ents, setEntry(t, uint64(i+1), fmt.Sprintf("key-%06d", k), value))
 	}
 	_, err = f.Apply(ents)
 	require.NoError(t, err)
@@ -73,10 +70,7 @@ func TestSteadyWritesDoNotRecopyValues(t *testing.T) {
 		ents := make([]Entry, 0, perFlush)
 		for range perFlush {
 			index++
-			data, err := command.Encode(nil, &command.Command{Op: command.OpSet,
-				Key: []byte(fmt.Sprintf("key-%016x", rng.Uint64())), Value: value, Stamp: t0, MaxSize: 1 << 20})
-			require.NoError(t, err)
-			ents = append(ents, Entry{Index: index, Data: data})
+			ents = append(ents, setEntry(t, index, fmt.Sprintf("key-%016x", rng.Uint64()), value))
 		}
 		_, err = f.Apply(ents)
 		require.NoError(t, err)
@@ -94,4 +88,13 @@ func TestSteadyWritesDoNotRecopyValues(t *testing.T) {
 	require.GreaterOrEqual(t, flushed, uint64(flushes*perFlush*size), "every value went to a blob file")
 	require.Positive(t, m.Compact.Count, "compactions ran between the flushes")
 	require.Zero(t, copied, "no compaction copied values into new blob files")
+}
+
+// setEntry is the log entry at index that sets key to value.
+func setEntry(t *testing.T, index uint64, key string, value []byte) Entry {
+	t.Helper()
+	data, err := command.Encode(nil, &command.Command{Op: command.OpSet,
+		Key: []byte(key), Value: value, Stamp: t0, MaxSize: 1 << 20})
+	require.NoError(t, err)
+	return Entry{Index: index, Data: data}
 }
