@@ -6,6 +6,14 @@
 //
 // The proposer (the kv service, on any node) calls Encode; the state machine
 // (fsm, on every node) calls Decode. Both are pure functions.
+//
+// Every node must apply every entry alike, including nodes of a cluster in
+// the middle of a rolling upgrade. An entry with a format version or an
+// operation a binary does not know fails Decode with ErrUnsupported, and
+// that node stops applying rather than skip what its peers apply. So a
+// release that adds either must not propose it before every member runs a
+// binary that knows it (a cluster-version gate, as etcd has); this
+// release's operations are known to every kvd that has written a log.
 package command
 
 import (
@@ -184,8 +192,16 @@ func appendBytes(dst, b []byte) []byte {
 	return append(dst, b...)
 }
 
-// ErrCorrupt is wrapped by every Decode failure.
+// ErrCorrupt is wrapped by every Decode failure but ErrUnsupported's: bytes
+// that no kvd could have written as they are.
 var ErrCorrupt = errors.New("corrupt command")
+
+// ErrUnsupported is wrapped by Decode when an entry names a format version
+// or an operation this binary does not know: a newer kvd wrote it. Unlike
+// a corrupt entry, which every node rejects alike, such an entry is applied
+// by the nodes that know it, so one that does not must not skip it (fsm
+// stops applying instead).
+var ErrUnsupported = errors.New("command written by a newer kvd")
 
 // Decode parses entry bytes into c. Key, Value and Expired keys alias data, so
 // data must stay unmodified while c is in use.
@@ -194,8 +210,11 @@ func Decode(data []byte, c *Command) error {
 	if len(data) < headerLen {
 		return fmt.Errorf("%w: %d bytes is shorter than the header", ErrCorrupt, len(data))
 	}
-	if data[0] != Version {
-		return fmt.Errorf("%w: unknown version %d", ErrCorrupt, data[0])
+	switch {
+	case data[0] == 0:
+		return fmt.Errorf("%w: format version 0", ErrCorrupt)
+	case data[0] > Version:
+		return fmt.Errorf("%w: format version %d, this binary knows up to %d", ErrUnsupported, data[0], Version)
 	}
 	// The request ID first: whatever is wrong further on, the proposer can
 	// be told at once that its entry did nothing (see fsm's Apply).
@@ -203,7 +222,10 @@ func Decode(data []byte, c *Command) error {
 	c.Stamp = int64(binary.BigEndian.Uint64(data[10:]))
 	c.Op = Op(data[1])
 	if _, ok := opNames[c.Op]; !ok {
-		return fmt.Errorf("%w: unknown op %d", ErrCorrupt, data[1])
+		if c.Op == 0 {
+			return fmt.Errorf("%w: operation 0", ErrCorrupt) // numbering starts at 1
+		}
+		return fmt.Errorf("%w: operation %d", ErrUnsupported, data[1])
 	}
 	d := decoder{b: data[headerLen:]}
 	switch c.Op {

@@ -75,14 +75,34 @@ func TestEncodeRejects(t *testing.T) {
 func TestDecodeRejects(t *testing.T) {
 	good, err := Encode(nil, &Command{Op: OpDelete, Key: []byte("k")})
 	require.NoError(t, err)
-	badVersion := append([]byte{}, good...)
-	badVersion[0] = 2
-	badOp := append([]byte{}, good...)
-	badOp[1] = 200
-	for name, b := range map[string][]byte{"nil": nil, "version": badVersion, "op": badOp} {
-		var c Command
-		err := Decode(b, &c)
-		require.True(t, errors.Is(err, ErrCorrupt), "%s: %v", name, err)
+	with := func(i int, v byte) []byte {
+		b := append([]byte{}, good...)
+		b[i] = v
+		return b
+	}
+	cases := []struct {
+		name string
+		data []byte
+		want error
+	}{
+		{"nil", nil, ErrCorrupt},
+		{"version 0", with(0, 0), ErrCorrupt},
+		{"operation 0", with(1, 0), ErrCorrupt},
+		// What a newer kvd may write: not corrupt, and not to be skipped.
+		{"newer version", with(0, Version+1), ErrUnsupported},
+		{"newer operation", with(1, 200), ErrUnsupported},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var c Command
+			err := Decode(tc.data, &c)
+			require.ErrorIs(t, err, tc.want)
+			other := ErrUnsupported
+			if tc.want == ErrUnsupported {
+				other = ErrCorrupt
+			}
+			require.False(t, errors.Is(err, other), "%v", err)
+		})
 	}
 }
 

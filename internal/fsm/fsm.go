@@ -59,7 +59,8 @@ const (
 	StatusNonNumeric
 	// StatusTooLarge: append/prepend would exceed the item size limit.
 	StatusTooLarge
-	// StatusInvalid: the entry could not be decoded; every node skips it alike.
+	// StatusInvalid: the entry is corrupt (command.ErrCorrupt); every node
+	// skips it alike.
 	StatusInvalid
 )
 
@@ -465,7 +466,14 @@ func (f *FSM) Apply(ents []Entry) ([]Result, error) {
 			continue
 		}
 		if err := command.Decode(e.Data, &c); err != nil {
-			// Deterministic on every node: log and skip, never stop the cluster.
+			if errors.Is(err, command.ErrUnsupported) {
+				// The nodes that know it apply it: skipping it here would
+				// leave this node's items silently different from theirs.
+				// Nothing of this batch is committed, so a kvd that knows
+				// the entry applies it from here on restart.
+				return nil, fmt.Errorf("apply entry %d: %w; run a kvd release that knows it on this node", e.Index, err)
+			}
+			// Corrupt alike on every node: log and skip, never stop the cluster.
 			f.logger.Error("skipping undecodable entry", "index", e.Index, "err", err)
 			// Addressed to its proposer when the header names one, which
 			// then learns now that nothing was done, not at its timeout.

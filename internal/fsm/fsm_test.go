@@ -453,8 +453,8 @@ func TestUndecodableEntryAnswersItsProposer(t *testing.T) {
 	data, err := command.Encode(nil, &c)
 	require.NoError(t, err)
 	for _, bad := range [][]byte{
-		append(append([]byte(nil), data...), 0),                                       // a trailing byte
-		append(append([]byte(nil), data[:1]...), append([]byte{200}, data[2:]...)...), // an op this binary does not know
+		append(append([]byte(nil), data...), 0), // a trailing byte
+		data[:len(data)-1],                      // a byte short
 	} {
 		applied := f.AppliedIndex()
 		res, err := f.Apply([]Entry{{Index: applied + 1, Data: bad}})
@@ -465,6 +465,51 @@ func TestUndecodableEntryAnswersItsProposer(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, ok)
 	}
+}
+
+// TestEntryFromNewerKvdStopsApply: an entry with an operation or a format
+// version this binary does not know was written by a newer kvd, whose nodes
+// apply it. Skipping it would make this node's items differ from theirs
+// without a word, so Apply fails instead and commits nothing of the batch:
+// not the entry, nor the good one before it, nor the applied index.
+func TestEntryFromNewerKvdStopsApply(t *testing.T) {
+	f := openTest(t, t.TempDir())
+	defer f.Close()
+	encode := func(c command.Command) []byte {
+		c.Stamp = t0
+		data, err := command.Encode(nil, &c)
+		require.NoError(t, err)
+		return data
+	}
+	newer := encode(set(command.OpSet, "new", "v"))
+	newerOp := append([]byte(nil), newer...)
+	newerOp[1] = 200
+	newerVersion := append([]byte(nil), newer...)
+	newerVersion[0] = command.Version + 1
+	for name, bad := range map[string][]byte{"operation": newerOp, "version": newerVersion} {
+		t.Run(name, func(t *testing.T) {
+			applied := f.AppliedIndex()
+			_, err := f.Apply([]Entry{
+				{Index: applied + 1, Data: encode(set(command.OpSet, "before", "v"))},
+				{Index: applied + 2, Data: bad},
+			})
+			require.ErrorIs(t, err, command.ErrUnsupported)
+			require.Contains(t, err.Error(), fmt.Sprintf("entry %d", applied+2))
+			require.Equal(t, applied, f.AppliedIndex())
+			for _, k := range []string{"before", "new"} {
+				_, ok, err := f.Get([]byte(k), t0)
+				require.NoError(t, err)
+				require.False(t, ok, k)
+			}
+		})
+	}
+	// What follows the refused batch applies as before, from the same index.
+	applied := f.AppliedIndex()
+	_, err := f.Apply([]Entry{{Index: applied + 1, Data: encode(set(command.OpSet, "after", "v"))}})
+	require.NoError(t, err)
+	_, ok, err := f.Get([]byte("after"), t0)
+	require.NoError(t, err)
+	require.True(t, ok)
 }
 
 // TestDelayedFlushReplacedAfterItsHorizonStaysFlushed: once a delayed
