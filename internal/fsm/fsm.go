@@ -115,6 +115,10 @@ type Options struct {
 	// that the log is compacted as often as that flag says.
 	FlushAfterBytes   int64
 	FlushAfterEntries uint64
+	// MaxOpenFiles bounds the files the store keeps open (Pebble's file
+	// cache); 0 means Pebble's default, 1,000. The node sets it from the
+	// process's descriptor limit.
+	MaxOpenFiles int
 	// FS replaces the filesystem, for crash tests (default: the OS).
 	FS vfs.FS
 	// RetryPause, when set, is called before a flush or compaction creates

@@ -98,6 +98,65 @@ func TestSteadyWritesDoNotRecopyValues(t *testing.T) {
 	require.Zero(t, copied, "no compaction copied values into new blob files")
 }
 
+// TestMaxOpenFilesKeepsEveryFileOpen: a store of large values keeps about
+// one blob file per flush, and once it holds more files than its file
+// cache, random gets reopen files again and again (past Pebble's default
+// of 1,000, about 24 GB of 8 KiB values, one get in five opened a file:
+// bench/RESULTS-core.md). Options.MaxOpenFiles sets the bound: a store
+// of some 150 files, read twice over, opens none again in the second pass
+// with room for them all, and keeps reopening them with room for 64.
+func TestMaxOpenFilesKeepsEveryFileOpen(t *testing.T) {
+	const flushes, perFlush, size = 150, 4, 8 << 10
+	value := []byte(strings.Repeat("v", size))
+	misses := func(maxOpen int) (files, secondPass int64) {
+		// No item cache, so that every get reads the store.
+		f, err := Open("/state", discardLogger(), Options{FS: vfs.NewMem(), CacheBytes: 1 << 20, ItemCacheBytes: -1, MaxOpenFiles: maxOpen})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, f.Close()) }()
+		var keys []string
+		index := uint64(0)
+		for range flushes {
+			ents := make([]Entry, 0, perFlush)
+			for range perFlush {
+				index++
+				keys = append(keys, fmt.Sprintf("key-%08d", index))
+				ents = append(ents, setEntry(t, index, keys[len(keys)-1], value))
+			}
+			_, err = f.Apply(ents)
+			require.NoError(t, err)
+			require.NoError(t, f.db.Flush())
+		}
+		m := f.db.Metrics()
+		for deadline := time.Now().Add(10 * time.Second); m.Compact.NumInProgress > 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+			m = f.db.Metrics()
+		}
+		files = int64(m.BlobFiles.LiveCount)
+		for _, l := range m.Levels {
+			files += l.TablesCount
+		}
+		rng := rand.New(rand.NewPCG(5, 6))
+		for pass := range 2 {
+			if pass == 1 {
+				secondPass = -f.db.Metrics().FileCache.Misses
+			}
+			for _, i := range rng.Perm(len(keys)) {
+				it, ok, err := f.Get([]byte(keys[i]), t0)
+				require.NoError(t, err)
+				require.True(t, ok, keys[i])
+				require.Len(t, it.Value, size)
+			}
+		}
+		return files, secondPass + f.db.Metrics().FileCache.Misses
+	}
+	files, reopened := misses(2000)
+	require.Greater(t, files, int64(100), "the store holds more files than a small cache")
+	require.Zero(t, reopened, "with room for all %d files", files)
+	_, reopened = misses(74) // Pebble keeps 10 of these for files outside its cache
+	require.Positive(t, reopened, "with room for 64 of %d files", files)
+	t.Logf("%d files; %d reopened in the second pass with room for 64", files, reopened)
+}
+
 // setEntry is the log entry at index that sets key to value.
 func setEntry(t *testing.T, index uint64, key string, value []byte) Entry {
 	t.Helper()

@@ -130,6 +130,7 @@ func pebbleOptions(cache *pebble.Cache, opts Options, logger *slog.Logger, healt
 		Logger:        quietLogger{logger},
 		EventListener: &pebble.EventListener{},
 		MemTableSize:  memTableSize,
+		MaxOpenFiles:  opts.MaxOpenFiles,
 		DisableWAL:    true,
 		// Pinned, so that a Pebble upgrade never ratchets the on-disk
 		// format by surprise; value separation needs this version.

@@ -95,8 +95,15 @@ func Start(cfg config.Config, logger *slog.Logger) (n *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open raft log: %w", err)
 	}
+	limit := fileLimit()
+	storeFiles, short := storeFileBudget(limit, cfg.MaxConnections)
+	if short {
+		logger.Warn("the open-file limit is low for max-connections: raise it (ulimit -n, LimitNOFILE)",
+			"limit", limit, "max_connections", cfg.MaxConnections, "want_at_least", uint64(cfg.MaxConnections)+fileReserve+minStoreFiles)
+	}
 	n.state, err = fsm.Open(filepath.Join(cfg.DataDir, "state"), logger.With("component", "fsm"), fsm.Options{
 		CacheBytes: int64(cfg.CacheSize), ItemCacheBytes: itemCacheBytes(cfg.ItemCacheSize),
+		MaxOpenFiles: storeFiles,
 		// The log is compacted up to what the store holds on disk: flush at
 		// least as often as the log is meant to be compacted.
 		FlushAfterEntries: cfg.SnapshotCount,
