@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 
@@ -67,24 +68,8 @@ func TestSteadyWritesDoNotRecopyValues(t *testing.T) {
 	const flushes, perFlush, size = 120, 16, 4 << 10
 	value := []byte(strings.Repeat("v", size))
 	rng := rand.New(rand.NewPCG(3, 4))
-	index := uint64(0)
-	for range flushes {
-		ents := make([]Entry, 0, perFlush)
-		for range perFlush {
-			index++
-			ents = append(ents, setEntry(t, index, fmt.Sprintf("key-%016x", rng.Uint64()), value))
-		}
-		_, err = f.Apply(ents)
-		require.NoError(t, err)
-		require.NoError(t, f.db.Flush())
-	}
 	// The compactions the last flushes started count too.
-	m := f.db.Metrics()
-	for deadline := time.Now().Add(10 * time.Second); m.Compact.NumInProgress > 0 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-		m = f.db.Metrics()
-	}
-	require.Zero(t, m.Compact.NumInProgress, "compactions still running after 10 s")
+	m := writeFlushes(t, f, flushes, perFlush, func(uint64) string { return fmt.Sprintf("key-%016x", rng.Uint64()) }, value)
 	// Pebble counts what flushes write to blob files in BlobBytesCompacted
 	// too, so what compactions copied is the difference.
 	var flushed, written uint64
@@ -114,23 +99,10 @@ func TestMaxOpenFilesKeepsEveryFileOpen(t *testing.T) {
 		require.NoError(t, err)
 		defer func() { require.NoError(t, f.Close()) }()
 		var keys []string
-		index := uint64(0)
-		for range flushes {
-			ents := make([]Entry, 0, perFlush)
-			for range perFlush {
-				index++
-				keys = append(keys, fmt.Sprintf("key-%08d", index))
-				ents = append(ents, setEntry(t, index, keys[len(keys)-1], value))
-			}
-			_, err = f.Apply(ents)
-			require.NoError(t, err)
-			require.NoError(t, f.db.Flush())
-		}
-		m := f.db.Metrics()
-		for deadline := time.Now().Add(10 * time.Second); m.Compact.NumInProgress > 0 && time.Now().Before(deadline); {
-			time.Sleep(time.Millisecond)
-			m = f.db.Metrics()
-		}
+		m := writeFlushes(t, f, flushes, perFlush, func(index uint64) string {
+			keys = append(keys, fmt.Sprintf("key-%08d", index))
+			return keys[len(keys)-1]
+		}, value)
 		files = int64(m.BlobFiles.LiveCount)
 		for _, l := range m.Levels {
 			files += l.TablesCount
@@ -155,6 +127,32 @@ func TestMaxOpenFilesKeepsEveryFileOpen(t *testing.T) {
 	_, reopened = misses(74) // Pebble keeps 10 of these for files outside its cache
 	require.Positive(t, reopened, "with room for 64 of %d files", files)
 	t.Logf("%d files; %d reopened in the second pass with room for 64", files, reopened)
+}
+
+// writeFlushes applies flushes batches of perFlush sets of value, naming
+// each key by key(its log index), and flushes the store after each batch.
+// It returns the store's metrics once the compactions those flushes
+// started have finished, waiting at most 10 s for them.
+func writeFlushes(t *testing.T, f *FSM, flushes, perFlush int, key func(index uint64) string, value []byte) *pebble.Metrics {
+	t.Helper()
+	index := uint64(0)
+	for range flushes {
+		ents := make([]Entry, 0, perFlush)
+		for range perFlush {
+			index++
+			ents = append(ents, setEntry(t, index, key(index), value))
+		}
+		_, err := f.Apply(ents)
+		require.NoError(t, err)
+		require.NoError(t, f.db.Flush())
+	}
+	m := f.db.Metrics()
+	for deadline := time.Now().Add(10 * time.Second); m.Compact.NumInProgress > 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+		m = f.db.Metrics()
+	}
+	require.Zero(t, m.Compact.NumInProgress, "compactions still running after 10 s")
+	return m
 }
 
 // setEntry is the log entry at index that sets key to value.
