@@ -116,7 +116,7 @@ type Options struct {
 	FlushAfterBytes   int64
 	FlushAfterEntries uint64
 	// MaxOpenFiles bounds the files the store keeps open (Pebble's file
-	// cache); 0 means Pebble's default, 1,000. The node sets it from the
+	// cache); 0 means DefaultMaxOpenFiles. The node sets it from the
 	// process's descriptor limit.
 	MaxOpenFiles int
 	// FS replaces the filesystem, for crash tests (default: the OS).
@@ -173,10 +173,17 @@ type FSM struct {
 	flushed     bool
 }
 
+// DefaultMaxOpenFiles is Options.MaxOpenFiles when unset: Pebble's own
+// default.
+const DefaultMaxOpenFiles = 1000
+
 // Open opens (or creates) the state store in dir.
 func Open(dir string, logger *slog.Logger, opts Options) (*FSM, error) {
 	if opts.CacheBytes <= 0 {
 		opts.CacheBytes = 64 << 20
+	}
+	if opts.MaxOpenFiles <= 0 {
+		opts.MaxOpenFiles = DefaultMaxOpenFiles
 	}
 	if opts.ItemCacheBytes == 0 {
 		opts.ItemCacheBytes = 64 << 20
@@ -303,6 +310,12 @@ type Stats struct {
 	// The key filter: reads it answered absent without Pebble, its memory.
 	KeyFilterSkips uint64
 	KeyFilterBytes int64
+	// Pebble's file cache: the files it holds open (sstables and blob
+	// files), its bound (Options.MaxOpenFiles; soft: files in use stay
+	// open past it), and its lookups. Misses that keep climbing with
+	// OpenFiles at the bound mean reads reopen files.
+	OpenFiles, MaxOpenFiles        int64
+	FileCacheHits, FileCacheMisses int64
 }
 
 // Stats returns counters maintained by apply (identical on every node at the
@@ -324,7 +337,10 @@ func (f *FSM) Stats() Stats {
 		s.DiskBytes = m.DiskSpaceUsage()
 		s.CompactionDebt = m.Compact.EstimatedDebt
 		s.BlockCacheHits, s.BlockCacheMisses = m.BlockCache.Hits, m.BlockCache.Misses
+		s.OpenFiles = m.FileCache.TableCount + m.FileCache.BlobFileCount
+		s.FileCacheHits, s.FileCacheMisses = m.FileCache.Hits, m.FileCache.Misses
 	}
+	s.MaxOpenFiles = int64(f.opts.MaxOpenFiles)
 	return s
 }
 

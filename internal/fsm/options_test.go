@@ -119,7 +119,14 @@ func TestMaxOpenFilesKeepsEveryFileOpen(t *testing.T) {
 				require.Len(t, it.Value, size)
 			}
 		}
-		return files, secondPass + f.db.Metrics().FileCache.Misses
+		st := f.Stats()
+		require.Equal(t, int64(maxOpen), st.MaxOpenFiles)
+		require.Equal(t, f.db.Metrics().FileCache.Misses, st.FileCacheMisses)
+		require.Positive(t, st.FileCacheHits)
+		if maxOpen > int(files) {
+			require.Equal(t, files, st.OpenFiles, "every file is open")
+		}
+		return files, secondPass + st.FileCacheMisses
 	}
 	files, reopened := misses(2000)
 	require.Greater(t, files, int64(100), "the store holds more files than a small cache")

@@ -28,6 +28,7 @@ type nodeCollector struct {
 	compactionDebt, cacheHits, cacheMisses               *prometheus.Desc
 	itemCacheLookups, itemCacheBytes                     *prometheus.Desc
 	keyFilterSkips, keyFilterBytes                       *prometheus.Desc
+	openFiles, openFilesLimit, fileHits, fileMisses      *prometheus.Desc
 	// memcache
 	conns, connsTotal, connsRejected, commands, commandDuration, readBytes, writtenBytes, serverErrors, stored *prometheus.Desc
 	// all protocols
@@ -82,6 +83,11 @@ func newNodeCollector(src Sources, requests *requestCounts) *nodeCollector {
 		itemCacheBytes:   desc("storage", "item_cache_bytes", "Bytes held by the item cache in front of the state store (--item-cache-size)."),
 		keyFilterSkips:   desc("storage", "key_filter_skips_total", "Reads of the state store (gets, and the old item a write replaces) that the in-memory key filter answered absent without Pebble."),
 		keyFilterBytes:   desc("storage", "key_filter_bytes", "Bytes held by the in-memory key filter (0 while it is being built)."),
+		openFiles:        desc("storage", "open_files", "Files the store holds open in Pebble's file cache, sstables and blob files (store=state).", "store"),
+		openFilesLimit: desc("storage", "open_files_limit", "The bound on kvd_storage_open_files: what the open-file limit leaves after --max-connections and 1024 more, within 1000..10000. "+
+			"At the bound, with kvd_storage_file_cache_misses_total climbing, reads are reopening files: raise the limit (LimitNOFILE).", "store"),
+		fileHits:   desc("storage", "file_cache_hits_total", "Pebble file cache lookups that found the file open (store=state).", "store"),
+		fileMisses: desc("storage", "file_cache_misses_total", "Pebble file cache lookups that had to open the file (store=state).", "store"),
 
 		conns:         desc("memcache", "connections", "Open memcache client connections."),
 		connsTotal:    desc("memcache", "connections_total", "Memcache connections accepted."),
@@ -108,6 +114,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.fsync, c.firstIndex, c.lastIndex, c.diskReads, c.tailEntries, c.tailBytes, c.segments, c.compactions,
 		c.fsmApplied, c.fsmDurable, c.diskUsage, c.items, c.valueBytes, c.compactionDebt, c.cacheHits, c.cacheMisses,
 		c.itemCacheLookups, c.itemCacheBytes, c.keyFilterSkips, c.keyFilterBytes,
+		c.openFiles, c.openFilesLimit, c.fileHits, c.fileMisses,
 		c.conns, c.connsTotal, c.connsRejected, c.commands, c.commandDuration, c.readBytes, c.writtenBytes, c.serverErrors, c.stored,
 		c.requestsTotal,
 	} {
@@ -172,6 +179,10 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.itemCacheBytes, float64(fs.ItemCacheBytes))
 	counter(c.keyFilterSkips, float64(fs.KeyFilterSkips))
 	gauge(c.keyFilterBytes, float64(fs.KeyFilterBytes))
+	gauge(c.openFiles, float64(fs.OpenFiles), "state")
+	gauge(c.openFilesLimit, float64(fs.MaxOpenFiles), "state")
+	counter(c.fileHits, float64(fs.FileCacheHits), "state")
+	counter(c.fileMisses, float64(fs.FileCacheMisses), "state")
 
 	if c.src.Log != nil {
 		ls := c.src.Log.Stats()

@@ -238,6 +238,14 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	require.GreaterOrEqual(t, value(t, after, "kvd_storage_block_cache_hits_total", "store", "state")+
 		value(t, after, "kvd_storage_block_cache_misses_total", "store", "state"), 0.0)
 	require.GreaterOrEqual(t, value(t, after, "kvd_raft_log_segments"), 1.0)
+	// The store's file cache: its bound comes from this process's open-file
+	// limit, within kvd's bounds (a soft bound: files in use stay open).
+	limit := value(t, after, "kvd_storage_open_files_limit", "store", "state")
+	require.GreaterOrEqual(t, limit, 1000.0)
+	require.LessOrEqual(t, limit, 10000.0)
+	require.GreaterOrEqual(t, value(t, after, "kvd_storage_open_files", "store", "state"), 0.0)
+	require.GreaterOrEqual(t, value(t, after, "kvd_storage_file_cache_hits_total", "store", "state")+
+		value(t, after, "kvd_storage_file_cache_misses_total", "store", "state"), 0.0)
 	require.Equal(t, 0.0, value(t, after, "kvd_raft_log_compactions_total"), "7 entries are far below any compaction trigger")
 
 	// Runtime and process collectors, and build info.

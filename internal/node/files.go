@@ -1,5 +1,7 @@
 package node
 
+import "github.com/kvd-project/kvd/internal/fsm"
+
 // The state store's open files (Pebble's file cache) are bounded by what
 // the descriptor limit leaves: a store of large values keeps about one
 // blob file per flush (some 24 MB each under 8 KiB sets), so past
@@ -10,7 +12,7 @@ const (
 	// the store's tables: HTTP clients, peers, the raft log's segments.
 	fileReserve = 1024
 	// minStoreFiles is Pebble's own default, which kvd never goes below.
-	minStoreFiles = 1000
+	minStoreFiles = fsm.DefaultMaxOpenFiles
 	// maxStoreFiles bounds the file cache's memory (a reader per file)
 	// however high the limit; CockroachDB recommends as many per store.
 	maxStoreFiles = 10000
