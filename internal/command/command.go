@@ -12,8 +12,8 @@
 // operation a binary does not know fails Decode with ErrUnsupported, and
 // that node stops applying rather than skip what its peers apply. So a
 // release that adds either must not propose it before every member runs a
-// binary that knows it (a cluster-version gate, as etcd has); this
-// release's operations are known to every kvd that has written a log.
+// binary that knows it (a cluster-version gate, as etcd has). kvd has no
+// such gate yet: it must come with the next operation or version added.
 package command
 
 import (
