@@ -50,8 +50,22 @@ func openStackAt(t *testing.T, fs vfs.FS, dataDir string, logger *slog.Logger) *
 // flushes as well as log compactions.
 const stackFlushAfter = 16 << 10
 
-// openStackWith opens the stack with the given replica configuration.
+// openStackWith opens the stack with the given replica configuration and
+// waits until its replica is ready.
 func openStackWith(t *testing.T, fs vfs.FS, dataDir string, logger *slog.Logger, rcfg replica.Config) *stack {
+	t.Helper()
+	s := startStack(t, fs, dataDir, logger, rcfg)
+	deadline := time.Now().Add(10 * time.Second)
+	for !s.rep.Status().Ready {
+		require.True(t, time.Now().Before(deadline), "replica not ready")
+		time.Sleep(5 * time.Millisecond)
+	}
+	return s
+}
+
+// startStack opens the stack and starts its replica, which replays the
+// log on its own goroutine: the caller decides what to wait for.
+func startStack(t *testing.T, fs vfs.FS, dataDir string, logger *slog.Logger, rcfg replica.Config) *stack {
 	t.Helper()
 	l, err := raftlog.Open(filepath.Join(dataDir, "raft"), logger, raftlog.Options{FS: fs})
 	require.NoError(t, err)
@@ -59,13 +73,7 @@ func openStackWith(t *testing.T, fs vfs.FS, dataDir string, logger *slog.Logger,
 	require.NoError(t, err)
 	rep, err := replica.Start(rcfg, l, fsmAdapter{f: sm, dataDir: dataDir}, &lazySender{}, logger)
 	require.NoError(t, err)
-	s := &stack{log: l, sm: sm, rep: rep, kv: kv.New(kv.Config{RequestTimeout: 5 * time.Second, MaxItemSize: 1 << 20}, rep, sm, logger, time.Now)}
-	deadline := time.Now().Add(10 * time.Second)
-	for !rep.Status().Ready {
-		require.True(t, time.Now().Before(deadline), "replica not ready")
-		time.Sleep(5 * time.Millisecond)
-	}
-	return s
+	return &stack{log: l, sm: sm, rep: rep, kv: kv.New(kv.Config{RequestTimeout: 5 * time.Second, MaxItemSize: 1 << 20}, rep, sm, logger, time.Now)}
 }
 
 func (s *stack) close() {
