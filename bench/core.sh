@@ -88,11 +88,27 @@ both read --workload custom --get-set 1:0 --keys 10000 --key-dist uniform \
 # sequence above can land anywhere in that range. The median of PAIRS
 # pairs, each 1 connection then 8 for PAIR_DUR, is the figure judged
 # against the target; every pair is printed beside it.
+# Around each run, kvd's raft log counters and its CPU time are read, so
+# that the report says what each pair's ratio is made of: the fsync's
+# mean time, the writes one fsync covered, and kvd's CPU per write.
 PAIRS=${PAIRS:-5}; PAIR_DUR=${PAIR_DUR:-5s}
+# kvd_probe: fsync seconds, fsyncs, synced entries, synced batches (raft
+# log metrics), then kvd's CPU time in clock ticks.
+kvd_probe() {
+  curl -fsS "127.0.0.1:$hport/metrics" | awk '
+    $1 == "kvd_raft_log_fsync_duration_seconds_sum" {s = $2}
+    $1 == "kvd_raft_log_fsync_duration_seconds_count" {c = $2}
+    $1 == "kvd_raft_log_synced_entries_total" {e = $2}
+    $1 == "kvd_raft_log_synced_batches_total" {b = $2}
+    END {printf "%s %s %s %s ", s, c, e, b}'
+  awk '{print $14 + $15}' "/proc/$kpid/stat"
+}
 for i in $(seq "$PAIRS"); do
   for c in 1 8; do
+    before=$(kvd_probe)
     DUR=$PAIR_DUR bench "kv-pair$i-$c" "$KV" --workload custom --get-set 0:1 --keys 1000000 --key-dist seq \
           --key-size 32 --value-size 512 --preload=false --concurrency "$c" --seed "$((10 + i))"
+    echo "$before $(kvd_probe)" >"$work/kv-pair$i-$c.probe"
   done
 done
 
@@ -144,6 +160,30 @@ for who in mc kv; do
 done
 
 ratio() { python3 -c "print('%.2f' % ($1/$2))"; }
+# pair_parts I: one line on write-scaling pair I from its probes and reports.
+pair_parts() {
+  python3 - "$1" "$work" "$(getconf CLK_TCK)" <<'PY'
+import json, sys
+i, work, hz = sys.argv[1], sys.argv[2], float(sys.argv[3])
+def part(c):
+    p = [float(x) for x in open("%s/kv-pair%s-%d.probe" % (work, i, c)).read().split()]
+    s, n, e, b, t = (p[5 + k] - p[k] for k in range(5))
+    d = json.load(open("%s/kv-pair%s-%d.json" % (work, i, c)))
+    ops = [x for x in d["cases"] if x["phase"] == "run"][0]["runs"][0]["ops"]
+    rate = [x for x in d["cases"] if x["phase"] == "run"][0]["runs"][0]["ops_per_sec"]
+    fsync, per = 1e6 * s / max(n, 1), e / max(b, 1)
+    # One fsync's round: its batch over the write rate. What is left
+    # after the fsync is the writers' turnaround (reply, the client's
+    # next request, its proposal) and the apply.
+    between = 1e6 * per / max(rate, 1) - fsync
+    return fsync, per, between, 1e6 * t / hz / max(ops, 1)
+f1, _, g1, cpu1 = part(1)
+f8, per8, g8, cpu8 = part(8)
+print("- pair %s: fsync %.0f µs at 1 connection, %.0f µs at 8; %.1f writes per fsync at 8; "
+      "between fsyncs %.0f µs at 1, %.0f µs at 8; kvd CPU %.0f µs per write at 1, %.0f µs at 8"
+      % (i, f1, f8, per8, g1, g8, cpu1, cpu8))
+PY
+}
 {
   echo "# Single-node kvd vs memcached (issue 2 targets)"
   echo
@@ -197,6 +237,13 @@ PY
   pairs=()
   for i in $(seq "$PAIRS"); do pairs+=("$(ops "kv-pair$i-1") $(ops "kv-pair$i-8")"); done
   pairs_summary "kvd write scaling" "1 connection, then 8" " → " "≥ 5" "${pairs[@]}"
+  echo
+  echo "What each pair is made of (kvd's own counters over each run): the raft log fsync's mean time"
+  echo "at 1 and at 8 connections, the writes one fsync covered at 8 (at most 8), the rest of each fsync's"
+  echo "round (batch / rate − fsync: the replies, the clients' next requests, the apply), and kvd's CPU"
+  echo "per write. The ratio is (writes per fsync) × (fsync + between at 1) / (fsync + between at 8):"
+  echo
+  for i in $(seq "$PAIRS"); do pair_parts "$i"; done
   echo
   echo "Resident memory holding 1,000,000 items of 512 bytes: memcached $((mc_rss/1024)) MiB,"
   echo "kvd $((kv_rss/1024)) MiB (defaults: Pebble block cache 64 MiB \`--cache-size\`, item cache 64 MiB"
