@@ -169,16 +169,22 @@ def part(c):
     p = [float(x) for x in open("%s/kv-pair%s-%d.probe" % (work, i, c)).read().split()]
     s, n, e, b, t = (p[5 + k] - p[k] for k in range(5))
     d = json.load(open("%s/kv-pair%s-%d.json" % (work, i, c)))
-    ops = [x for x in d["cases"] if x["phase"] == "run"][0]["runs"][0]["ops"]
-    rate = [x for x in d["cases"] if x["phase"] == "run"][0]["runs"][0]["ops_per_sec"]
+    run = [x for x in d["cases"] if x["phase"] == "run"][0]["runs"][0]
+    ops, rate = run["ops"], run["ops_per_sec"]
     fsync, per = 1e6 * s / max(n, 1), e / max(b, 1)
     # One fsync's round: its batch over the write rate. What is left
     # after the fsync is the writers' turnaround (reply, the client's
     # next request, its proposal) and the apply.
     between = 1e6 * per / max(rate, 1) - fsync
     return fsync, per, between, 1e6 * t / hz / max(ops, 1)
-f1, _, g1, cpu1 = part(1)
-f8, per8, g8, cpu8 = part(8)
+try:
+    f1, _, g1, cpu1 = part(1)
+    f8, per8, g8, cpu8 = part(8)
+except (OSError, ValueError, IndexError, KeyError) as e:
+    # A run that failed leaves no report or too few counters: say so
+    # rather than lose the rest of the report.
+    print("- pair %s: its parts could not be read (%s)" % (i, e))
+    sys.exit(0)
 print("- pair %s: fsync %.0f µs at 1 connection, %.0f µs at 8; %.1f writes per fsync at 8; "
       "between fsyncs %.0f µs at 1, %.0f µs at 8; kvd CPU %.0f µs per write at 1, %.0f µs at 8"
       % (i, f1, f8, per8, g1, g8, cpu1, cpu8))
