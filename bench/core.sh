@@ -65,7 +65,20 @@ rss_kb() { awk '/VmRSS/{print $2}' "/proc/$1/status"; }
 # The disk as the cases find it and as they leave it: kvd's write rates
 # follow its fsync latency, which drifts within the hour on shared VMs.
 go build -o "$work/fsyncprobe" ./bench/fsyncprobe
-disk_before=$("$work/fsyncprobe" -dir "$work" -threads 1,8)
+# probe_busy: one thread's fsyncs again, beside a spin loop that keeps
+# another CPU busy. On this project's VMs an fsync's I/O takes a third
+# to twice as long then, and an 8-connection write run keeps the CPUs busy
+# where a 1-connection one does not (bench/RESULTS-core.md).
+probe_busy() {
+  [ "$(nproc)" -ge 2 ] || return 0
+  timeout 60 sh -c 'while :; do :; done' >/dev/null 2>&1 &
+  local spin=$!
+  sleep 0.2 # the loop running before the first fsync
+  "$work/fsyncprobe" -dir "$work" -threads 1 | sed 's/^fsync probe: /beside a busy CPU: /'
+  kill "$spin" 2>/dev/null || true
+  wait "$spin" 2>/dev/null || true
+}
+disk_before=$("$work/fsyncprobe" -dir "$work" -threads 1,8; probe_busy)
 
 start_memcached; start_kvd
 MC=127.0.0.1:$mcport; KV=127.0.0.1:$kport
@@ -112,7 +125,7 @@ for i in $(seq "$PAIRS"); do
   done
 done
 
-disk_after=$("$work/fsyncprobe" -dir "$work" -threads 1,8)
+disk_after=$("$work/fsyncprobe" -dir "$work" -threads 1,8; probe_busy)
 
 # The two ratio targets again, as alternating pairs: memcached's own
 # rate moved by a third between runs within the hour
@@ -196,10 +209,11 @@ PY
   echo "Produced by \`bench/core.sh\` (DUR=$DUR per case) on $(date -u +%Y-%m-%d), $(nproc) cores shared by"
   echo "the servers and the load generator (\`kvd bench\`), $(memcached -h | head -1), kvd $version."
   echo "Every kvd write is fsynced in the Raft log before its reply. The disk (\`bench/fsyncprobe\`: 3,000-byte"
-  echo "writes, each followed by fdatasync, by 1 and by 8 threads at once) before the cases and after the write-scaling pairs:"
+  echo "writes, each followed by fdatasync, by 1 and by 8 threads at once, and by 1 beside a spin loop that keeps another CPU busy)"
+  echo "before the cases and after the write-scaling pairs:"
   echo
-  echo "$disk_before" | sed 's/^fsync probe: /- before: /'
-  echo "$disk_after" | sed 's/^fsync probe: /- after: /'
+  echo "$disk_before" | sed 's/^fsync probe: /- before: /; s/^beside/- before: beside/'
+  echo "$disk_after" | sed 's/^fsync probe: /- after: /; s/^beside/- after: beside/'
   echo
   echo "| case | memcached ops/s | kvd ops/s | kvd / memcached | target |"
   echo "|---|---:|---:|---:|---|"
