@@ -66,9 +66,9 @@ rss_kb() { awk '/VmRSS/{print $2}' "/proc/$1/status"; }
 # follow its fsync latency, which drifts within the hour on shared VMs.
 go build -o "$work/fsyncprobe" ./bench/fsyncprobe
 # probe_busy: one thread's fsyncs again, beside a spin loop that keeps
-# another CPU busy. On this project's VMs an fsync's I/O takes a third
-# to twice as long then, and an 8-connection write run keeps the CPUs busy
-# where a 1-connection one does not (bench/RESULTS-core.md).
+# another CPU busy. On this project's VMs an fsync's I/O often takes
+# longer then, up to twice as long, and an 8-connection write run keeps
+# the CPUs busy where a 1-connection one does not (bench/RESULTS-core.md).
 probe_busy() {
   [ "$(nproc)" -ge 2 ] || return 0
   timeout 60 sh -c 'while :; do :; done' >/dev/null 2>&1 &
