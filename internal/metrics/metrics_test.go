@@ -37,13 +37,20 @@ func startNode(t *testing.T) *node.Node {
 		defer cancel()
 		require.NoError(t, n.Shutdown(ctx))
 	})
+	// Ready, and its own addresses published: a node proposes them into
+	// the member table once it is ready, and a test that counts proposals
+	// in flight must not race with that one.
+	published := func() bool {
+		m, ok := n.Member(node.IDOf(cfg.Name))
+		return ok && m.HTTPAddr == n.HTTPAddr()
+	}
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	for !n.KV().Status().Ready {
+	for !n.KV().Status().Ready || !published() {
 		select {
 		case <-tick.C:
 		case <-t.Context().Done():
-			t.Fatal("test ended before the node was ready")
+			t.Fatal("test ended before the node was ready and published")
 		}
 	}
 	return n
