@@ -29,7 +29,8 @@ type Admin interface {
 	// caught-up one) and returns the new leader.
 	TransferLeader(ctx context.Context, to string) (MemberInfo, error)
 	// Healthy reports, on the leader, which members answered within an
-	// election timeout (nil on a follower: it does not know).
+	// election timeout (nil on a follower: it does not know). A member a
+	// new leader has not heard from yet is left out: unknown.
 	Healthy() map[kv.NodeID]bool
 }
 

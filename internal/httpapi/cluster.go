@@ -40,7 +40,9 @@ type ClusterMember struct {
 	Self bool   `json:"self"`
 	// Health is healthy, unhealthy or unknown. This node knows its own
 	// health (ready or not); the leader knows which members answered within
-	// an election timeout; a follower knows only the leader it follows (it
+	// an election timeout over a connection that is still up, once it has
+	// led for an election timeout (before that, those it has not heard from
+	// yet are unknown); a follower knows only the leader it follows (it
 	// forgets its leader after an election timeout without heartbeats) and
 	// reports the others as unknown.
 	Health string `json:"health"`
@@ -85,9 +87,9 @@ func (a *api) clusterStatus() ClusterStatus {
 		default:
 			m.Role = "follower"
 		}
-		if !m.Self && healthy != nil {
+		if h, known := healthy[id]; !m.Self && known {
 			m.Health = "unhealthy"
-			if healthy[id] {
+			if h {
 				m.Health = "healthy"
 			}
 		}

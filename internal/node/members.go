@@ -64,6 +64,13 @@ func (s *lazySender) Send(msgs []*pb.Message) {
 	}
 }
 
+// Connected implements replica.Links: no peer is connected before the
+// transport exists.
+func (s *lazySender) Connected(id uint64) bool {
+	t := s.t.Load()
+	return t != nil && t.Connected(id)
+}
+
 // rows returns the member table: the replicated rows over the founding
 // members this node's cluster.json names (a founding member has a row only
 // once it has published its addresses).
@@ -322,7 +329,9 @@ func (n *Node) Healthy() map[kv.NodeID]bool {
 	}
 	out := make(map[kv.NodeID]bool, len(p))
 	for id, pr := range p {
-		out[id] = pr.Active
+		if !pr.Unknown {
+			out[id] = pr.Active
+		}
 	}
 	return out
 }

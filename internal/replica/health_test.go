@@ -2,11 +2,15 @@ package replica
 
 import (
 	"log/slog"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/tracker"
 
 	"github.com/kvd-project/kvd/internal/raftlog"
 	"github.com/kvd-project/kvd/internal/transport"
@@ -122,4 +126,83 @@ func others(id NodeID) []uint64 {
 		}
 	}
 	return out
+}
+
+// fakeLinks stands for a transport's knowledge of its connections.
+type fakeLinks map[uint64]bool
+
+func (f fakeLinks) Connected(id uint64) bool { return f[id] }
+
+// statusOfLeader is a leader's raft status with one progress per member;
+// active lists the members raft currently flags as recently active.
+func statusOfLeader(self uint64, members []uint64, active ...uint64) raft.Status {
+	st := raft.Status{Progress: map[uint64]tracker.Progress{}}
+	st.ID = self
+	for _, id := range members {
+		st.Progress[id] = tracker.Progress{Match: 7, RecentActive: id == self || slices.Contains(active, id)}
+	}
+	return st
+}
+
+// TestLeaderProgressHealth walks a leader through its first ticks, one
+// member live and one whose connection is down although raft still flags
+// it active (answers it sent just before it died, stepped late): the live
+// one is unknown until heard and healthy after; the dead one is unknown
+// while the leader is new and unhealthy after, whatever raft's flags say.
+func TestLeaderProgressHealth(t *testing.T) {
+	const self, live, dead = 1, 2, 3
+	members := []uint64{self, live, dead}
+	steps := []struct {
+		name           string
+		tick           uint64
+		active         []uint64 // raft's RecentActive flags at this tick
+		links          fakeLinks
+		live, dead     Progress // want, Match aside
+		removeSelfSafe bool
+	}{
+		{name: "first tick: nobody heard yet", tick: 1, links: fakeLinks{live: true},
+			live: Progress{Unknown: true}, dead: Progress{Unknown: true}},
+		{name: "the live member answers; the dead one's late answer is stepped", tick: 2, active: []uint64{live, dead}, links: fakeLinks{live: true},
+			live: Progress{Active: true}, dead: Progress{Unknown: true}},
+		{name: "CheckQuorum cleared the flags: the live member still counts", tick: 9,
+			links: fakeLinks{live: true},
+			live:  Progress{Active: true}, dead: Progress{Unknown: true}},
+		{name: "an election timeout in: the dead member is unhealthy", tick: 11, active: []uint64{live, dead}, links: fakeLinks{live: true},
+			live: Progress{Active: true}, dead: Progress{}},
+		{name: "its connection back up: healthy again", tick: 12, active: []uint64{live, dead}, links: fakeLinks{live: true, dead: true},
+			live: Progress{Active: true}, dead: Progress{Active: true}, removeSelfSafe: true},
+		{name: "the live member silent past the window", tick: 30, links: fakeLinks{live: true, dead: true},
+			live: Progress{}, dead: Progress{}},
+	}
+	r := &Replica{cfg: Config{ElectionTicks: 10}}
+	links := fakeLinks{}
+	r.links = links
+	for _, s := range steps {
+		clear(links)
+		maps.Copy(links, s.links)
+		r.ticks = s.tick
+		st := statusOfLeader(self, members, s.active...)
+		got := r.leaderProgress(st)
+		require.Equal(t, Progress{Match: 7, Active: true}, got[self], s.name)
+		s.live.Match, s.dead.Match = 7, 7
+		require.Equal(t, s.live, got[live], "%s: the live member", s.name)
+		require.Equal(t, s.dead, got[dead], "%s: the dead member", s.name)
+		// Removing the leader leaves the two: both must be heard.
+		err := removalSafe(st, members, self, r.heardFrom)
+		if s.removeSelfSafe {
+			require.NoError(t, err, s.name)
+		} else {
+			require.ErrorIs(t, err, ErrQuorumAtRisk, s.name)
+		}
+	}
+}
+
+// TestHeardFromWithoutLinks: a transport that does not know its
+// connections leaves raft's flags, and the window after them, to decide.
+func TestHeardFromWithoutLinks(t *testing.T) {
+	r := &Replica{cfg: Config{ElectionTicks: 10}, ticks: 20, heardAt: map[uint64]uint64{2: 15, 3: 5}}
+	require.True(t, r.heardFrom(2, tracker.Progress{}), "heard within the window")
+	require.False(t, r.heardFrom(3, tracker.Progress{}), "heard before the window")
+	require.True(t, r.heardFrom(4, tracker.Progress{RecentActive: true}), "flagged by raft")
+	require.False(t, r.heardFrom(4, tracker.Progress{}), "never heard")
 }

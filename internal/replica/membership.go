@@ -50,8 +50,13 @@ var (
 // Progress is the leader's view of one member's replication.
 type Progress struct {
 	Match uint64
-	// Active: the member answered within the last election timeout.
-	Active  bool
+	// Active: the member answered within the last election timeout, and
+	// the connection to it is up (when the transport knows; see Links).
+	Active bool
+	// Unknown: not active, but this leader has led for less than an
+	// election timeout, too short to have heard from every live member:
+	// neither healthy nor unhealthy yet.
+	Unknown bool
 	Learner bool
 }
 
@@ -262,22 +267,7 @@ func (r *Replica) onTick() {
 	}
 	// Status copies every peer's progress: once per tick, not per Ready.
 	st := r.rn.Status()
-	if r.heardAt == nil {
-		r.heardAt = map[uint64]uint64{}
-	}
-	for id := range r.heardAt {
-		if _, ok := st.Progress[id]; !ok {
-			delete(r.heardAt, id) // removed from the configuration
-		}
-	}
-	out := make(map[NodeID]Progress, len(st.Progress))
-	for id, pr := range st.Progress {
-		if pr.RecentActive {
-			r.heardAt[id] = r.ticks
-		}
-		out[NodeID(id)] = Progress{Match: pr.Match, Active: id == st.ID || r.heardFrom(id, pr), Learner: pr.IsLearner}
-	}
-	r.progress.Store(&out)
+	r.progress.Store(new(r.leaderProgress(st)))
 	for id, pr := range st.Progress {
 		if pr.IsLearner && caughtUp(pr, st.GetCommit()) && r.ticks >= r.promoteAfter[id] {
 			// One attempt per election timeout: raft refuses a second
@@ -296,6 +286,30 @@ func (r *Replica) onTick() {
 	}
 }
 
+// leaderProgress records, at this tick of a leader, which members raft
+// saw active, and returns the progress it publishes.
+func (r *Replica) leaderProgress(st raft.Status) map[NodeID]Progress {
+	if r.heardAt == nil {
+		r.heardAt = map[uint64]uint64{}
+		r.leaderTick = r.ticks
+	}
+	fresh := r.ticks-r.leaderTick < uint64(r.cfg.ElectionTicks)
+	for id := range r.heardAt {
+		if _, ok := st.Progress[id]; !ok {
+			delete(r.heardAt, id) // removed from the configuration
+		}
+	}
+	out := make(map[NodeID]Progress, len(st.Progress))
+	for id, pr := range st.Progress {
+		if pr.RecentActive {
+			r.heardAt[id] = r.ticks
+		}
+		active := id == st.ID || r.heardFrom(id, pr)
+		out[NodeID(id)] = Progress{Match: pr.Match, Active: active, Unknown: !active && fresh, Learner: pr.IsLearner}
+	}
+	return out
+}
+
 // heardFrom reports whether the leader heard from peer id within about an
 // election timeout. raft's RecentActive alone is not that: with CheckQuorum
 // the leader clears it for every peer once per election timeout, in the
@@ -307,7 +321,16 @@ func (r *Replica) onTick() {
 // ElectionTicks ticks still counts, which is the window CheckQuorum itself
 // judges by; a dead peer is reported at most one election timeout later
 // than raft's flag alone would.
+//
+// Where the transport knows its connections (Links), a member counts only
+// while connected: otherwise one that died less than an election timeout
+// ago, or whose last answers were stepped late, would still count, and a
+// removal that leaves it among too few live voters would be let through
+// (seen in the membership end-to-end test on a loaded machine).
 func (r *Replica) heardFrom(id uint64, pr tracker.Progress) bool {
+	if r.links != nil && !r.links.Connected(id) {
+		return false
+	}
 	if pr.RecentActive {
 		return true
 	}
@@ -335,4 +358,12 @@ func confChangeFromEntry(e *pb.Entry) (pb.ConfChangeI, error) {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// linksOf returns tr's connection knowledge, if it has any.
+func linksOf(tr Transport) Links {
+	if l, ok := tr.(Links); ok {
+		return l
+	}
+	return nil
 }

@@ -102,6 +102,16 @@ type Transport interface {
 	Send(msgs []*pb.Message)
 }
 
+// Links is what a transport may also know: whether its connection to a
+// peer is up. A peer that dies or is cut off loses it at the first write
+// that fails, within a heartbeat, where raft's own activity flags keep it
+// active for up to an election timeout (and answers it sent just before
+// it died can set them again). A Transport that implements Links makes
+// the leader count a member as heard from only while connected to it.
+type Links interface {
+	Connected(id uint64) bool
+}
+
 // Config configures a replica. Durations and counts are documented with
 // their defaults in config.Raft; Default fills the zero fields.
 type Config struct {
@@ -263,6 +273,8 @@ type Replica struct {
 	ticks                             uint64
 	promoteAfter                      map[uint64]uint64 // learner ID → tick before which no new promotion is proposed
 	heardAt                           map[uint64]uint64 // peer ID → last tick the leader saw it RecentActive
+	leaderTick                        uint64            // tick at which heardAt was started: this leadership's first
+	links                             Links             // nil when the transport does not know its connections
 	removed                           bool              // this member was removed from the configuration
 	// Group commit (gather): the fsync time's moving average, the writers
 	// expected in the next batch, the hold's timer, and counts for Status.
@@ -339,6 +351,7 @@ func Start(cfg Config, log LogStore, sm StateMachine, tr Transport, logger *slog
 	}
 	r := &Replica{
 		cfg: cfg, logger: logger, log: log, sm: sm, tr: tr, rn: rn,
+		links:       linksOf(tr),
 		propc:       make(chan proposal, 4096),
 		recvc:       make(chan *pb.Message, 4096),
 		reportc:     make(chan report, 1024),

@@ -146,6 +146,17 @@ func (t *TCP) Send(msgs []*pb.Message) {
 	}
 }
 
+// Connected reports whether the outbound connection to peer id is up. A
+// peer that dies or is cut off loses it at the first write that fails,
+// within a heartbeat of the leader; one never dialled yet, or not known,
+// is not connected.
+func (t *TCP) Connected(id uint64) bool {
+	t.mu.RLock()
+	p := t.peers[id]
+	t.mu.RUnlock()
+	return p != nil && p.connected.Load()
+}
+
 // AddPeer adds a peer, or changes the address of a known one (its
 // connection is replaced and whatever was queued for the old address is
 // dropped). Adding the local ID or ID 0 is ignored.

@@ -116,6 +116,9 @@ func TestTCPReconnectsAfterPeerRestart(t *testing.T) {
 	idx := uint64(0)
 	send := func() { idx++; t1.Send([]*pb.Message{app(1, 2, idx)}) }
 	waitFor(t, "first delivery", func() bool { send(); return rec2.count(1) > 0 })
+	if !t1.Connected(2) || t1.Connected(3) {
+		t.Errorf("Connected(2) = %v, Connected(3) = %v: want the live peer connected, an unknown one not", t1.Connected(2), t1.Connected(3))
+	}
 
 	if err := t2.Close(); err != nil {
 		t.Fatal(err)
@@ -123,7 +126,7 @@ func TestTCPReconnectsAfterPeerRestart(t *testing.T) {
 	// While 2 is down, 1 keeps sending; it must notice and report it.
 	waitFor(t, "peer 2 reported unreachable", func() bool {
 		send()
-		return rec1.unreachableCount(2) > 0 && !t1.Stats().Peers[2].Connected
+		return rec1.unreachableCount(2) > 0 && !t1.Stats().Peers[2].Connected && !t1.Connected(2)
 	})
 
 	rec2b := newRecorder()
@@ -138,8 +141,8 @@ func TestTCPReconnectsAfterPeerRestart(t *testing.T) {
 			t.Fatalf("out of order after reconnect: %v", got)
 		}
 	}
-	if s := t1.Stats().Peers[2]; s.Dials < 2 || s.Dropped == 0 || !s.Connected {
-		t.Errorf("stats after outage %+v: want a redial, drops, connected", s)
+	if s := t1.Stats().Peers[2]; s.Dials < 2 || s.Dropped == 0 || !s.Connected || !t1.Connected(2) {
+		t.Errorf("stats after outage %+v (Connected %v): want a redial, drops, connected", s, t1.Connected(2))
 	}
 }
 
