@@ -555,9 +555,11 @@ func (r *Replica) ReportSnapshot(id uint64, failed bool) {
 // Status returns the latest published status.
 func (r *Replica) Status() Status {
 	s := *r.status.Load()
-	// Counted by the proposers, after the loop published the rest: read
-	// them now, so a reader that saw its proposal finish sees it counted.
+	// Counted by the proposers, and by the loop after it published the
+	// rest: read them now, so a reader that saw its proposal finish sees it
+	// counted and no longer pending.
 	s.ProposalsApplied, s.ProposalsFailed = r.proposalsApplied.Load(), r.proposalsFailed.Load()
+	s.Pending = r.waits.size()
 	return s
 }
 
@@ -1124,7 +1126,6 @@ func (r *Replica) publishStatus() {
 		Commit:        st.GetCommit(),
 		Applied:       r.sm.AppliedIndex(),
 		LeaderChanges: r.leaderChanges,
-		Pending:       r.waits.size(),
 		// A removal replayed while catching up (applied behind commit) may
 		// be followed by this member's re-addition: only a caught-up
 		// member that is still removed has really left.
