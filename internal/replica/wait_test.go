@@ -75,3 +75,18 @@ func TestDeadlinesWithoutContexts(t *testing.T) {
 		require.ErrorIs(t, err, ErrStopped)
 	})
 }
+
+// TestStatusCountsPendingLive: Status reports the waiters as they are, not
+// as the loop last published them, so a client that has its answer never
+// finds its write still pending (kvd_raft_proposals_pending; the metrics
+// test caught the published count lagging behind under -race).
+func TestStatusCountsPendingLive(t *testing.T) {
+	r := &Replica{waits: newWaitRegistry()}
+	r.status.Store(&Status{Pending: 5}) // a stale snapshot
+	require.Equal(t, 0, r.Status().Pending)
+	_, ok := r.waits.register(1)
+	require.True(t, ok)
+	require.Equal(t, 1, r.Status().Pending)
+	require.True(t, r.waits.trigger(1, Outcome{}))
+	require.Equal(t, 0, r.Status().Pending, "answered, so no longer pending")
+}
