@@ -650,13 +650,13 @@ func TestConformanceAddr(t *testing.T) {
 	runConformance(t, addr)
 }
 
-// startMemcached starts memcached on an ephemeral loopback port and stops it
-// (by PID) at cleanup. Readiness is memcached's own "server listening" line
-// (printed at -vv), not a timer.
-func startMemcached(t *testing.T, bin string) string {
+// startMemcached starts memcached on an ephemeral loopback port, with extra
+// arguments if any, and stops it (by PID) at cleanup. Readiness is
+// memcached's own "server listening" line (printed at -vv), not a timer.
+func startMemcached(t *testing.T, bin string, extra ...string) string {
 	for attempt := 0; attempt < 5; attempt++ {
 		port := freePort(t)
-		args := []string{"-l", "127.0.0.1", "-p", port, "-U", "0", "-vv"}
+		args := append([]string{"-l", "127.0.0.1", "-p", port, "-U", "0", "-vv"}, extra...)
 		if os.Geteuid() == 0 {
 			args = append(args, "-u", "root") // memcached refuses root without -u
 		}
