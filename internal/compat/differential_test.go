@@ -53,6 +53,39 @@ func TestDifferentialAgainstMemcached(t *testing.T) {
 	}
 }
 
+// TestDifferentialClusterFollower plays seeds 1 and 2 (300 commands each;
+// the same variables as above change that) through a follower of a 3-node
+// cluster: every write is forwarded to the leader and every read waits for
+// ReadIndex, and the replies must still be memcached's.
+func TestDifferentialClusterFollower(t *testing.T) {
+	const bin = "/usr/bin/memcached"
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("memcached is not installed at %s (Debian: apt-get install memcached): %v", bin, err)
+	}
+	mc := startMemcached(t, bin, "-o", "no_lru_crawler,no_lru_maintainer")
+	procs := kvdproc.StartCluster(t, 3)
+	var follower *kvdproc.Proc
+	for _, p := range procs {
+		if statOf(t, p.MemcacheAddr, "raft_role") == "follower" {
+			follower = p
+			break
+		}
+	}
+	if follower == nil {
+		t.Fatal("no follower found")
+	}
+	seeds, steps := envInt(t, "KVD_DIFF_SEEDS", 2), envInt(t, "KVD_DIFF_STEPS", 300)
+	first := uint64(envInt(t, "KVD_DIFF_FIRST_SEED", 1))
+	for seed := first; seed < first+uint64(seeds); seed++ {
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
+			runDifferential(t, seed, steps, envInt(t, "KVD_DIFF_HISTORY", 12), mc, follower.MemcacheAddr)
+		})
+	}
+}
+
 func envInt(t *testing.T, name string, def int) int {
 	s := os.Getenv(name)
 	if s == "" {
