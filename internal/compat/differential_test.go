@@ -168,6 +168,10 @@ func runDifferential(t *testing.T, seed uint64, steps, histN int, mcAddr, kvdAdd
 			}
 		}()
 	}
+	before := make([]map[string]uint64, len(sides))
+	for k, s := range sides {
+		before[k] = counters(t, s.addr)
+	}
 	var history []diffStep
 	fail := func(i int, format string, args ...any) {
 		var b strings.Builder
@@ -215,7 +219,55 @@ func runDifferential(t *testing.T, seed uint64, steps, histN int, mcAddr, kvdAdd
 		}
 		g.casSeen = len(sides[0].fromLabel)
 	}
-	t.Logf("seed %d: %d commands, identical replies", seed, steps)
+	// The counters monitoring tools read moved alike (the sentinel's get
+	// counts on both sides).
+	var diffs []string
+	after := []map[string]uint64{counters(t, sides[0].addr), counters(t, sides[1].addr)}
+	for _, name := range comparedCounters {
+		mc, kv := after[0][name]-before[0][name], after[1][name]-before[1][name]
+		if mc != kv {
+			diffs = append(diffs, fmt.Sprintf("%s: memcached +%d, kvd +%d", name, mc, kv))
+		}
+	}
+	if len(diffs) > 0 {
+		t.Fatalf("seed %d: identical replies, but stats counters moved differently:\n  %s", seed, strings.Join(diffs, "\n  "))
+	}
+	t.Logf("seed %d: %d commands, identical replies and counters", seed, steps)
+}
+
+// comparedCounters are the general stats whose movement the differential
+// test compares: the ones kvd keeps as memcached does.
+var comparedCounters = []string{
+	"cmd_get", "cmd_set", "cmd_flush", "cmd_touch", "get_hits", "get_misses",
+	"delete_misses", "delete_hits", "incr_misses", "incr_hits", "decr_misses", "decr_hits",
+	"cas_misses", "cas_hits", "cas_badval", "touch_hits", "touch_misses", "total_items",
+}
+
+// counters reads `stats` on a connection of its own.
+func counters(t *testing.T, addr string) map[string]uint64 {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatalf("stats: dial %s: %v", addr, err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(replyDeadline))
+	if _, err := io.WriteString(c, "stats\r\n"); err != nil {
+		t.Fatalf("stats: %v", err)
+	}
+	got, err := readReply(c, compile(t, "{stats}END\r\n"), map[string]string{})
+	if err != nil {
+		t.Fatalf("stats from %s: %v", addr, err)
+	}
+	out := map[string]uint64{}
+	for _, line := range strings.Split(string(got), "\r\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "STAT" {
+			if v, err := strconv.ParseUint(f[2], 10, 64); err == nil {
+				out[f[1]] = v
+			}
+		}
+	}
+	return out
 }
 
 // memcachedSaysNumber tells whether side s (memcached) holds a value for
@@ -365,6 +417,21 @@ func (g *diffGen) key() string {
 
 func (g *diffGen) poolKey() string { return g.prefix + "k" + strconv.Itoa(g.r.IntN(6)) }
 
+// getKeys draws n keys for a get, an over-long one only in front: memcached
+// looks up, and counts in its stats, the keys before an over-long one, then
+// answers the error; kvd checks every key first (mcproto.Reader).
+func (g *diffGen) getKeys(n int) string {
+	var bad, good []string
+	for range n {
+		if k := g.key(); len(k) > 250 {
+			bad = append(bad, k)
+		} else {
+			good = append(good, k)
+		}
+	}
+	return strings.Join(append(bad, good...), " ")
+}
+
 func (g *diffGen) keys(n int) string {
 	ks := make([]string, n)
 	for i := range ks {
@@ -463,7 +530,7 @@ func (g *diffGen) next() diffCmd {
 		c.post = g.noreply() + "\r\n" + data
 		return c
 	case n < 600:
-		return plain(fmt.Sprintf("%s %s\r\n", g.pick("get", "gets", "gets", "bget"), g.keys(1+g.r.IntN(4))))
+		return plain(fmt.Sprintf("%s %s\r\n", g.pick("get", "gets", "gets", "bget"), g.getKeys(1+g.r.IntN(4))))
 	case n < 650:
 		// An over-long key only first: memcached touches the keys before
 		// it, then answers the error; kvd checks every key before it acts
@@ -498,7 +565,7 @@ func (g *diffGen) next() diffCmd {
 			"  get  "+g.key()+"  \r\n", "set "+g.key()+"\t0 0 1\r\nx\r\n", "GET "+g.key()+"\r\n",
 		))
 	case n < 975: // many keys in one get: past memcached's 24 tokens
-		return plain(fmt.Sprintf("%s %s\r\n", g.pick("get", "gets"), g.keys(20+g.r.IntN(20))))
+		return plain(fmt.Sprintf("%s %s\r\n", g.pick("get", "gets"), g.getKeys(20+g.r.IntN(20))))
 	case n < 982: // a get line past 2048 bytes (other long lines close kvd by design: mcproto.Reader)
 		return plain(g.pick("get ", "gets ") + strings.Repeat("z", 3000) + " " + g.keys(2) + "\r\n")
 	case n < 988:

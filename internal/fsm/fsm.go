@@ -98,6 +98,10 @@ type Result struct {
 	Status Status
 	Value  uint64 // StatusValue
 	Item   Item   // StatusHit; Value is a private copy
+	// Grew (StatusValue): the counter's digits outgrew the old value, where
+	// memcached stores a new item rather than rewrite it in place, and
+	// counts it in total_items.
+	Grew bool
 }
 
 // Options tunes the state store; zero values take the defaults.
@@ -623,7 +627,7 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 		if err := f.store(b, st, c.Key, &old, exists, &next, c.Stamp); err != nil {
 			return Result{}, err
 		}
-		return Result{Status: StatusValue, Value: n}, nil
+		return Result{Status: StatusValue, Value: n, Grew: len(next.Value) > len(old.Value)}, nil
 	case command.OpTouch, command.OpGAT:
 		if !live {
 			return Result{Status: StatusNotFound}, nil

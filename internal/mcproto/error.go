@@ -21,6 +21,11 @@ type Error struct {
 	// and Noreply (not Data): memcached drops the stored item when a set is
 	// rejected this way, and the server must do the same.
 	TooLarge bool
+	// Counted is the command a rejected request still counts as in the
+	// general stats, as memcached counts it, or 0: a storage command whose
+	// data block did not end in "\r\n" (cmd_set), a flush_all whose delay
+	// is not a number (cmd_flush).
+	Counted Command
 
 	reason string // for Error() when Reply is empty or not self-explanatory
 }

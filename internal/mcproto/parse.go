@@ -240,8 +240,10 @@ func (r *Reader) parseStorage(c Command, w [][]byte, req *Request) error {
 		return err
 	}
 	if block[vlen] != '\r' || block[vlen+1] != '\n' {
+		e := replyError(MsgBadDataChunk, nr)
+		e.Counted = req.Command
 		*req = Request{}
-		return replyError(MsgBadDataChunk, nr)
+		return e
 	}
 	req.Data = block[:vlen]
 	return nil
@@ -325,7 +327,9 @@ func (r *Reader) parseFlushAll(w [][]byte, req *Request) error {
 	if len(w) != bare {
 		d, ok := parseInt32(w[1])
 		if !ok {
-			return replyError(MsgInvalidExptime, nr)
+			e := replyError(MsgInvalidExptime, nr)
+			e.Counted = CmdFlushAll
+			return e
 		}
 		req.Delay = int64(d)
 		req.HasDelay = true

@@ -185,8 +185,10 @@ func (c *conn) readLoop() {
 				continue
 			}
 			// The parser rejected the line, so which command it meant is
-			// not reliable: such requests count as "unknown".
+			// not reliable: such requests count as "unknown", except in the
+			// general stats where memcached counts them anyway.
 			st.count(0, replyResult(perr.Reply), 1)
+			st.countRejected(perr.Counted)
 			var buf []byte
 			switch {
 			case perr.Raw != nil:

@@ -65,6 +65,9 @@ func (c *conn) handle(req *mcproto.Request) *reply {
 			switch r.Status {
 			case kv.StatusValue:
 				hits.Add(1)
+				if r.Grew {
+					st.TotalItems.Add(1)
+				}
 				return mcproto.AppendUint(dst, r.Value)
 			case kv.StatusNotFound:
 				misses.Add(1)
@@ -245,8 +248,8 @@ func (c *conn) get(req *mcproto.Request) *reply {
 // or the same 1 MiB item over and over).
 func (c *conn) gat(req *mcproto.Request) *reply {
 	st := c.s.stats
+	// memcached counts a gat's keys as touches only, not as gets.
 	st.CmdTouch.Add(uint64(len(req.Keys)))
-	st.CmdGet.Add(uint64(len(req.Keys)))
 	g := &gatReply{c: c, withCAS: req.Command == mcproto.CmdGats, which: req.Command, exptime: req.Exptime}
 	var prev *reply // the chunk before the last one proposed
 	keys := req.Keys
@@ -322,12 +325,10 @@ func (g *gatReply) chunk(keys [][]byte, last bool) (rp *reply, ok bool) {
 		for i, r := range res {
 			if r.Status != kv.StatusHit {
 				st.TouchMisses.Add(1)
-				st.GetMisses.Add(1)
 				st.count(g.which, ResultMiss, 1)
 				continue
 			}
 			st.TouchHits.Add(1)
-			st.GetHits.Add(1)
 			st.count(g.which, ResultHit, 1)
 			dst = mcproto.AppendValue(dst, copies[i], r.Item.Flags, r.Item.Value, r.Item.CAS, g.withCAS)
 		}

@@ -79,6 +79,17 @@ type commandStats struct {
 	latency [numCommands]latency
 }
 
+// countRejected counts a request the parser rejected in the general stats
+// where memcached does (mcproto.Error.Counted).
+func (s *Stats) countRejected(cmd mcproto.Command) {
+	switch cmd {
+	case mcproto.CmdSet, mcproto.CmdAdd, mcproto.CmdReplace, mcproto.CmdAppend, mcproto.CmdPrepend, mcproto.CmdCas:
+		s.CmdSet.Add(1)
+	case mcproto.CmdFlushAll:
+		s.CmdFlush.Add(1)
+	}
+}
+
 func (s *Stats) count(cmd mcproto.Command, r Result, n uint64) {
 	if int(cmd) >= numCommands {
 		cmd = 0

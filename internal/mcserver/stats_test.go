@@ -198,3 +198,44 @@ func TestStatsReset(t *testing.T) {
 	require.Equal(t, "1", again["cmd_get"])
 	require.Equal(t, "1", again["get_hits"])
 }
+
+// TestStatsCountLikeMemcached: the counters move as memcached 1.6's do for
+// the requests where counting is not obvious (each row's deltas were read
+// off memcached; the differential test in internal/compat keeps checking
+// them on random streams).
+func TestStatsCountLikeMemcached(t *testing.T) {
+	n := startNode(t)
+	c := dial(t, n.MemcacheAddr())
+	require.Equal(t, []string{"STORED"}, c.do("set hit 0 0 1\r\n9\r\n", "STORED"))
+	tests := []struct {
+		name, req string
+		final     string
+		want      map[string]int // counters not named must not move
+	}{
+		{"gat counts touches, not gets", "gat 0 hit miss\r\n", "END",
+			map[string]int{"cmd_touch": 2, "touch_hits": 1, "touch_misses": 1}},
+		{"a flush_all with a bad delay still counts", "flush_all abc\r\n", "CLIENT_ERROR invalid exptime argument",
+			map[string]int{"cmd_flush": 1}},
+		{"a set with a bad data chunk still counts", "set x 0 0 1\r\nxXY", "CLIENT_ERROR bad data chunk",
+			map[string]int{"cmd_set": 1}},
+		{"an incr that outgrows its value is a new item", "incr hit 1\r\n", "10",
+			map[string]int{"incr_hits": 1, "total_items": 1}},
+		{"an incr rewritten in place is not", "incr hit 1\r\n", "11",
+			map[string]int{"incr_hits": 1}},
+	}
+	counters := []string{"cmd_get", "cmd_set", "cmd_flush", "cmd_touch", "get_hits", "get_misses",
+		"touch_hits", "touch_misses", "incr_hits", "incr_misses", "total_items"}
+	for _, tt := range tests {
+		before := stats(t, c.do("stats\r\n"))
+		lines := c.do(tt.req, tt.final)
+		require.Equal(t, tt.final, lines[len(lines)-1], tt.name)
+		after := stats(t, c.do("stats\r\n"))
+		for _, name := range counters {
+			b, err := strconv.Atoi(before[name])
+			require.NoError(t, err, name)
+			a, err := strconv.Atoi(after[name])
+			require.NoError(t, err, name)
+			require.Equal(t, tt.want[name], a-b, "%s: %s", tt.name, name)
+		}
+	}
+}
