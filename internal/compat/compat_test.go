@@ -222,6 +222,8 @@ var conformance = []exchange{
 	one("version", "version\r\n", "VERSION {line}\r\n"),
 	one("stats", "stats\r\n", "{stats}END\r\n"),
 	one("stats_unknown", "stats no_such_group\r\n", errLine),
+	one("shutdown_not_enabled", "shutdown\r\nshutdown graceful\r\nshutdown noreply\r\n",
+		"ERROR: shutdown not enabled\r\nERROR: shutdown not enabled\r\nERROR: shutdown not enabled\r\n"),
 	one("verbosity", "verbosity 1\r\nverbosity 0 noreply\r\nverbosity x\r\nverbosity 0 extra\r\nverbosity 0\r\n", "OK\r\n"+badFormat+"OK\r\nOK\r\n"),
 
 	// Closing.

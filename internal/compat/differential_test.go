@@ -563,6 +563,7 @@ func (g *diffGen) next() diffCmd {
 			"set "+g.key()+" 0 0\r\nx\r\n", "set "+g.key()+" 0 0 1 noreply extra\r\nx\r\n",
 			"gat "+g.key()+"\r\n", "incr "+g.key()+" 1 2 3\r\n", "decr "+g.key()+"\r\n",
 			"  get  "+g.key()+"  \r\n", "set "+g.key()+"\t0 0 1\r\nx\r\n", "GET "+g.key()+"\r\n",
+			"shutdown\r\n", "shutdown graceful\r\n", "stats bogus\r\n", "stats detail\r\n",
 		))
 	case n < 975: // many keys in one get: past memcached's 24 tokens
 		return plain(fmt.Sprintf("%s %s\r\n", g.pick("get", "gets"), g.getKeys(20+g.r.IntN(20))))

@@ -14,7 +14,7 @@ var fuzzLimits = Limits{MaxItemSize: 64, MaxLine: 64, MaxMultigetLine: 256}
 // knownReplies are all the lines Next may ask a server to write.
 var knownReplies = map[string]bool{
 	"": true, MsgError: true, MsgBadCommandLine: true, MsgBadDataChunk: true, MsgInvalidExptime: true,
-	MsgInvalidDelta: true, MsgDeleteUsage: true, MsgObjectTooLarge: true,
+	MsgInvalidDelta: true, MsgDeleteUsage: true, MsgObjectTooLarge: true, MsgShutdownDisabled: true,
 }
 
 // chunkReader returns the input in chunks whose sizes cycle through sizes.

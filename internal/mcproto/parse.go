@@ -52,8 +52,12 @@ func (r *Reader) parse(line []byte, req *Request) error {
 			return r.parseStorage(CmdSet, w, req)
 		case "stats":
 			return r.parseStats(w, req)
+		case "shutdown":
+			// memcached's answer when started without -A, noreply or not:
+			// a client learns the server will not stop for it.
+			return &Error{Reply: MsgShutdownDisabled}
 		}
-		return errUnknown() // shutdown, slabs: not supported
+		return errUnknown() // slabs: not supported
 	case cmd[0] == 'a':
 		switch string(cmd) {
 		case "add":

@@ -255,8 +255,8 @@ var parseTests = []struct {
 	{"unknown", "foo\r\nGET a\r\nSet a 0 0 1\r\nsetx\r\nmn\r\nmg a v\r\n", []string{
 		`ERR "ERROR"`, `ERR "ERROR"`, `ERR "ERROR"`, `ERR "ERROR"`, `ERR "ERROR"`, `ERR "ERROR"`, "EOF"}},
 	{"empty lines", "\r\n\n \r\n\r\r\ng\r\n", []string{`ERR "ERROR"`, `ERR "ERROR"`, `ERR "ERROR"`, `ERR "ERROR"`, `ERR "ERROR"`, "EOF"}},
-	{"unsupported admin", "shutdown\r\nslabs reassign 1 2\r\nlru_crawler metadump all\r\nwatch\r\ncache_memlimit 100\r\n", []string{
-		`ERR "ERROR"`, `ERR "ERROR"`, `ERR "ERROR"`, `ERR "ERROR"`, `ERR "ERROR"`, "EOF"}},
+	{"unsupported admin", "shutdown\r\nslabs reassign 1 2\r\nlru_crawler metadump all\r\nwatch\r\ncache_memlimit 100\r\nshutdown graceful noreply\r\n", []string{
+		`ERR "ERROR: shutdown not enabled"`, `ERR "ERROR"`, `ERR "ERROR"`, `ERR "ERROR"`, `ERR "ERROR"`, `ERR "ERROR: shutdown not enabled"`, "EOF"}},
 	{"http", "GET / HTTP/1.1\r\nHost: x\r\n\r\n", []string{"CLOSE"}},
 	{"http post", "POST /x HTTP/1.0\r\n", []string{"CLOSE"}},
 	{"http bare", "HTTP/1.1\r\n", []string{"CLOSE"}},

@@ -27,6 +27,7 @@ const (
 	MsgError            = "ERROR"
 	MsgBadCommandLine   = "CLIENT_ERROR bad command line format"
 	MsgBadDataChunk     = "CLIENT_ERROR bad data chunk"
+	MsgShutdownDisabled = "ERROR: shutdown not enabled"
 	MsgInvalidExptime   = "CLIENT_ERROR invalid exptime argument"
 	MsgInvalidDelta     = "CLIENT_ERROR invalid numeric delta argument"
 	MsgDeleteUsage      = "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]"
