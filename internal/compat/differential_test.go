@@ -20,13 +20,16 @@ import (
 )
 
 // TestDifferentialAgainstMemcached plays seeded random command streams,
-// valid and malformed, to a real memcached and a real kvd side by side and
-// requires byte-identical replies (CAS uniques compared by the pattern in
-// which they appear, not by value). The hand-written table above pins the
-// replies we thought of; this finds the combinations nobody wrote down:
-// a decr after an append, a cas after a touch, noreply on a bad line.
+// valid and malformed, one command or a pipelined few per step, to a real
+// memcached and a real kvd side by side. It requires byte-identical replies
+// (CAS uniques compared by the pattern in which they appear, not by value)
+// and, at the end of each seed, the same movement of the stats counters
+// monitoring tools read. The hand-written table pins the replies we thought
+// of; this finds the combinations nobody wrote down: a decr after an
+// append, a cas after a touch, noreply on a bad line, a bad data chunk in
+// the middle of a pipeline.
 //
-// The seeds are fixed (1 to 4, 400 commands each), so a failure replays.
+// The seeds are fixed (1 to 4, 400 steps each), so a failure replays.
 // KVD_DIFF_SEEDS and KVD_DIFF_STEPS lengthen a local run, KVD_DIFF_FIRST_SEED
 // picks the seeds, and KVD_DIFF_HISTORY is how many of the last steps a
 // failure prints (12).
