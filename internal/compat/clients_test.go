@@ -103,15 +103,7 @@ func TestClientsAgainstClusterFollower(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
 	}
-	procs := kvdproc.StartCluster(t, 3)
-	var follower *kvdproc.Proc
-	for _, p := range procs {
-		if statOf(t, p.MemcacheAddr, "raft_role") == "follower" {
-			follower = p
-			break
-		}
-	}
-	require.NotNil(t, follower, "no follower found")
+	follower := clusterFollower(t)
 	runConformance(t, follower.MemcacheAddr)
 	if bin, err := exec.LookPath("memccapable"); err == nil {
 		host, port, _ := strings.Cut(follower.MemcacheAddr, ":")
@@ -120,6 +112,18 @@ func TestClientsAgainstClusterFollower(t *testing.T) {
 		require.Contains(t, string(out), "All tests passed")
 	}
 	runGomemcacheSuite(t, follower.MemcacheAddr)
+}
+
+// clusterFollower starts a 3-node cluster and returns one of its followers.
+func clusterFollower(t *testing.T) *kvdproc.Proc {
+	t.Helper()
+	for _, p := range kvdproc.StartCluster(t, 3) {
+		if statOf(t, p.MemcacheAddr, "raft_role") == "follower" {
+			return p
+		}
+	}
+	t.Fatal("no follower found")
+	return nil
 }
 
 // statOf reads one general stat over the memcache port.

@@ -38,21 +38,30 @@ func TestDifferentialAgainstMemcached(t *testing.T) {
 	if _, err := os.Stat(bin); err != nil {
 		t.Skipf("memcached is not installed at %s (Debian: apt-get install memcached): %v", bin, err)
 	}
-	seeds, steps := envInt(t, "KVD_DIFF_SEEDS", 4), envInt(t, "KVD_DIFF_STEPS", 400)
+	seeds := 4
 	if testing.Short() {
-		seeds = min(seeds, 2)
+		seeds = 2
 	}
+	mc := startMemcached(t, bin, differentialMemcachedArgs...)
+	runSeeds(t, seeds, 400, mc, kvdproc.Start(t, t.TempDir()).MemcacheAddr)
+}
+
+// differentialMemcachedArgs start memcached without its background LRU
+// threads: they hold references to items for moments, and memcached
+// rewrites a counter in place (padded with spaces to its old length, as kvd
+// always does) only when nothing else holds the item, so with them an
+// incr's padding is a race.
+var differentialMemcachedArgs = []string{"-o", "no_lru_crawler,no_lru_maintainer"}
+
+// runSeeds runs the seeds the environment asks for, or seeds 1 to seeds of
+// steps each.
+func runSeeds(t *testing.T, seeds, steps int, mcAddr, kvdAddr string) {
+	seeds, steps = envInt(t, "KVD_DIFF_SEEDS", seeds), envInt(t, "KVD_DIFF_STEPS", steps)
 	histN := envInt(t, "KVD_DIFF_HISTORY", 12)
-	// Without its background LRU threads: they hold references to items
-	// for moments, and memcached rewrites a counter in place (padded with
-	// spaces to its old length, as kvd always does) only when nothing else
-	// holds the item, so with them an incr's padding is a race.
-	mc := startMemcached(t, bin, "-o", "no_lru_crawler,no_lru_maintainer")
-	kvd := kvdproc.Start(t, t.TempDir())
 	first := uint64(envInt(t, "KVD_DIFF_FIRST_SEED", 1))
 	for seed := first; seed < first+uint64(seeds); seed++ {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
-			runDifferential(t, seed, steps, histN, mc, kvd.MemcacheAddr)
+			runDifferential(t, seed, steps, histN, mcAddr, kvdAddr)
 		})
 	}
 }
@@ -69,25 +78,8 @@ func TestDifferentialClusterFollower(t *testing.T) {
 	if _, err := os.Stat(bin); err != nil {
 		t.Skipf("memcached is not installed at %s (Debian: apt-get install memcached): %v", bin, err)
 	}
-	mc := startMemcached(t, bin, "-o", "no_lru_crawler,no_lru_maintainer")
-	procs := kvdproc.StartCluster(t, 3)
-	var follower *kvdproc.Proc
-	for _, p := range procs {
-		if statOf(t, p.MemcacheAddr, "raft_role") == "follower" {
-			follower = p
-			break
-		}
-	}
-	if follower == nil {
-		t.Fatal("no follower found")
-	}
-	seeds, steps := envInt(t, "KVD_DIFF_SEEDS", 2), envInt(t, "KVD_DIFF_STEPS", 300)
-	first := uint64(envInt(t, "KVD_DIFF_FIRST_SEED", 1))
-	for seed := first; seed < first+uint64(seeds); seed++ {
-		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
-			runDifferential(t, seed, steps, envInt(t, "KVD_DIFF_HISTORY", 12), mc, follower.MemcacheAddr)
-		})
-	}
+	mc := startMemcached(t, bin, differentialMemcachedArgs...)
+	runSeeds(t, 2, 300, mc, clusterFollower(t).MemcacheAddr)
 }
 
 func envInt(t *testing.T, name string, def int) int {
