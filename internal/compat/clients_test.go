@@ -129,6 +129,12 @@ func clusterFollower(t *testing.T) *kvdproc.Proc {
 // statOf reads one general stat over the memcache port.
 func statOf(t *testing.T, addr, name string) string {
 	t.Helper()
+	return generalStats(t, addr)[name]
+}
+
+// generalStats reads `stats` on a connection of its own.
+func generalStats(t *testing.T, addr string) map[string]string {
+	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	require.NoError(t, err)
 	defer c.Close()
@@ -136,16 +142,16 @@ func statOf(t *testing.T, addr, name string) string {
 	_, err = c.Write([]byte("stats\r\n"))
 	require.NoError(t, err)
 	r := bufio.NewReader(c)
-	val := ""
+	out := map[string]string{}
 	for {
 		l, err := r.ReadString('\n')
 		require.NoError(t, err)
 		l = strings.TrimSpace(l)
 		if l == "END" {
-			return val
+			return out
 		}
-		if f := strings.Fields(l); len(f) == 3 && f[1] == name {
-			val = f[2]
+		if f := strings.Fields(l); len(f) == 3 && f[0] == "STAT" {
+			out[f[1]] = f[2]
 		}
 	}
 }

@@ -111,6 +111,7 @@ const replyDeadline = 30 * time.Second
 type diffSide struct {
 	name, addr string
 	conn       net.Conn
+	buf        []byte // read buffer, kept across steps
 	// labels maps the CAS uniques this server sent to "cas#N" in the order
 	// they were first seen, and back.
 	toLabel   map[string]string
@@ -279,28 +280,13 @@ var comparedCounters = []string{
 	"cas_misses", "cas_hits", "cas_badval", "touch_hits", "touch_misses", "total_items",
 }
 
-// counters reads `stats` on a connection of its own.
+// counters reads the numeric general stats.
 func counters(t *testing.T, addr string) map[string]uint64 {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
-	if err != nil {
-		t.Fatalf("stats: dial %s: %v", addr, err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(replyDeadline))
-	if _, err := io.WriteString(c, "stats\r\n"); err != nil {
-		t.Fatalf("stats: %v", err)
-	}
-	got, err := readReply(c, compile(t, "{stats}END\r\n"), map[string]string{})
-	if err != nil {
-		t.Fatalf("stats from %s: %v", addr, err)
-	}
 	out := map[string]uint64{}
-	for _, line := range strings.Split(string(got), "\r\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "STAT" {
-			if v, err := strconv.ParseUint(f[2], 10, 64); err == nil {
-				out[f[1]] = v
-			}
+	for name, s := range generalStats(t, addr) {
+		if v, err := strconv.ParseUint(s, 10, 64); err == nil {
+			out[name] = v
 		}
 	}
 	return out
@@ -376,7 +362,10 @@ func (s *diffSide) exchange(cmd, prefix string) (string, error) {
 	sentinelCmd, sentinelReply := sentinel(prefix)
 	done := writeAsync(conn, cmd+sentinelCmd)
 	var got []byte
-	buf := make([]byte, 64<<10)
+	if s.buf == nil {
+		s.buf = make([]byte, 64<<10)
+	}
+	buf := s.buf
 	closed := false
 	for !bytes.HasSuffix(got, []byte(sentinelReply)) {
 		n, err := conn.Read(buf)

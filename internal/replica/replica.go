@@ -552,7 +552,8 @@ func (r *Replica) ReportSnapshot(id uint64, failed bool) {
 	}
 }
 
-// Status returns the latest published status.
+// Status returns the status the Ready loop last published, with the
+// proposal counters and the pending count read live.
 func (r *Replica) Status() Status {
 	s := *r.status.Load()
 	// Counted by the proposers, and by the loop after it published the
