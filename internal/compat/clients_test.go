@@ -2,6 +2,7 @@ package compat
 
 import (
 	"bufio"
+	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
@@ -49,9 +50,16 @@ func TestGomemcacheSuite(t *testing.T) {
 // address it dials and its client's default timeout changed.
 func runGomemcacheSuite(t *testing.T, addr string) {
 	t.Helper()
-	dirOut, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/bradfitz/gomemcache").Output()
-	require.NoError(t, err, "locate gomemcache in the module cache")
-	src := strings.TrimSpace(string(dirOut))
+	// go mod download fetches the module when no package built so far
+	// needed it (this package alone on a fresh module cache) and names its
+	// directory either way; go list -m would print an empty one.
+	dlOut, err := exec.Command("go", "mod", "download", "-json", "github.com/bradfitz/gomemcache").Output()
+	require.NoError(t, err, "download gomemcache into the module cache")
+	var mod struct{ Dir, Error string }
+	require.NoError(t, json.Unmarshal(dlOut, &mod), "go mod download -json printed %q", dlOut)
+	require.Empty(t, mod.Error, "go mod download gomemcache")
+	require.NotEmpty(t, mod.Dir, "go mod download named no directory for gomemcache")
+	src := mod.Dir
 	dst := t.TempDir()
 	require.NoError(t, os.CopyFS(dst, os.DirFS(src)))
 	require.NoError(t, filepath.WalkDir(dst, func(path string, d os.DirEntry, err error) error {
