@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvd-project/kvd/internal/config"
 	"github.com/kvd-project/kvd/internal/node"
+	"github.com/kvd-project/kvd/internal/timerslack"
 )
 
 func newServeCmd() *cobra.Command {
@@ -59,6 +60,8 @@ names (e.g. "max-item-size: 2m").`,
 			if err != nil {
 				return err
 			}
+			// Before any file or listener is open: it may execute kvd again.
+			timerslack.Ensure(cfg.TimerSlack, logger)
 			n, err := node.Start(cfg, logger)
 			if err != nil {
 				return err
@@ -100,6 +103,7 @@ func bindFlags(fs *pflag.FlagSet, c *config.Config) *pflag.FlagSet {
 	fs.Var(&c.ItemCacheSize, "item-cache-size", "in-memory cache of hot items in front of Pebble (bytes; k/m/g suffixes; 0: off)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound on the graceful drain at SIGTERM, and again on stopping raft and closing the stores after it")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.DurationVar(&c.TimerSlack, "timer-slack", c.TimerSlack, "kernel timer slack for every kvd thread (Linux; 0: keep the inherited one); set by executing kvd again at start")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "serve Go's profiler at /debug/pprof/ on the HTTP listener")
 	return fs
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -22,10 +23,11 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	c.MaxPending = 0
 	c.HTTPAddr = "127.0.0.1:99999"
 	c.AdvertiseMemcacheAddr = "kvd1:0"
+	c.TimerSlack = -time.Millisecond
 	err := c.Validate()
 	require.Error(t, err)
 	for _, want := range []string{"max-item-size", "read-consistency", "election-timeout", "does not name this member", "max-pending",
-		`http-addr "127.0.0.1:99999": port`, "advertise-memcache-addr"} {
+		`http-addr "127.0.0.1:99999": port`, "advertise-memcache-addr", "timer-slack -1ms"} {
 		require.Contains(t, err.Error(), want)
 	}
 }
