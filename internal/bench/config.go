@@ -51,6 +51,14 @@ type Config struct {
 	Version string
 }
 
+// The range of --rate other than 0: one operation in 1,000 s at the least
+// (4,096 clients then space their requests 47 days apart, within a
+// time.Duration), a billion a second at the most.
+const (
+	minRate = 1e-3
+	maxRate = 1e9
+)
+
 // Validate reports every problem of c at once.
 func (c *Config) Validate() error {
 	var errs []error
@@ -80,8 +88,9 @@ func (c *Config) Validate() error {
 	if c.Repeat < 1 || c.Repeat > 1000 {
 		bad("--repeat: %d is not in [1, 1000]", c.Repeat)
 	}
-	if c.Rate < 0 {
-		bad("--rate: %g is negative", c.Rate)
+	// Written so that NaN fails too.
+	if c.Rate != 0 && !(c.Rate >= minRate && c.Rate <= maxRate) {
+		bad("--rate: %g is not 0 (no cap) or in [%g, %g] operations per second", c.Rate, minRate, maxRate)
 	}
 	if c.Timeout <= 0 || c.Timeout > time.Hour {
 		bad("--timeout: %v is not in (0, 1h]", c.Timeout)

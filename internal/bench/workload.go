@@ -130,16 +130,20 @@ func (w *Workload) Validate(memcacheKeys bool, verify bool) error {
 	}
 	if memcacheKeys && w.KeySize > maxKeySize {
 		bad("--key-size: %d is over memcached's key limit of %d bytes", w.KeySize, maxKeySize)
+	} else if w.KeySize > maxValueSize {
+		// Every request carries one key: no server takes one this long.
+		bad("--key-size: %d is over the limit of %d bytes", w.KeySize, maxValueSize)
 	}
 	if err := w.ValueSize.validate(); err != nil {
 		bad("--value-size: %v", err)
 	} else if (verify || w.Mode == ModeImport) && w.ValueSize.Min() < checksumLen {
 		bad("--value-size: values of %d bytes cannot carry the %d-byte checksum that --verify and import need", w.ValueSize.Min(), checksumLen)
 	}
-	if w.GetRatio < 0 || w.SetRatio < 0 || (w.Mode == ModeMixed && w.GetRatio+w.SetRatio == 0) {
-		bad("--get-set: %d:%d needs non-negative parts, not both zero", w.GetRatio, w.SetRatio)
+	if w.GetRatio < 0 || w.SetRatio < 0 || w.GetRatio > maxWeight || w.SetRatio > maxWeight ||
+		(w.Mode == ModeMixed && w.GetRatio+w.SetRatio == 0) {
+		bad("--get-set: %d:%d needs parts in [0, %d], not both zero", w.GetRatio, w.SetRatio, maxWeight)
 	}
-	if w.MissRatio < 0 || w.MissRatio > 1 {
+	if !(w.MissRatio >= 0 && w.MissRatio <= 1) { // NaN too
 		bad("--miss-ratio: %g is not in [0, 1]", w.MissRatio)
 	}
 	if w.Mode == ModeMixed && (w.Keys < 1 || w.Keys > 1<<31) {
@@ -211,6 +215,12 @@ func FixedSize(n int) SizeDist { return SizeDist{{Min: n, Max: n, Weight: 1}} }
 // maxValueSize bounds generated values (memcached's default item limit).
 const maxValueSize = 1 << 20
 
+// maxWeight bounds each part of a get:set ratio and each size weight. A
+// million to one is finer than any mix needs, and it keeps the sums the
+// generator draws from (a part plus the others) far from overflowing int,
+// which made a huge weight crash the run.
+const maxWeight = 1_000_000
+
 // ParseSizeDist parses "512", "64-200" (uniform) or a weighted list
 // "100:70,1000:25,10000-20000:5" (weights are relative).
 func ParseSizeDist(s string) (SizeDist, error) {
@@ -222,8 +232,8 @@ func ParseSizeDist(s string) (SizeDist, error) {
 		if i := strings.IndexByte(part, ':'); i >= 0 {
 			spec = part[:i]
 			w, err := strconv.Atoi(strings.TrimSuffix(part[i+1:], "%"))
-			if err != nil || w < 1 {
-				return nil, fmt.Errorf("%q: weight must be a positive integer", part)
+			if err != nil || w < 1 || w > maxWeight {
+				return nil, fmt.Errorf("%q: weight must be an integer in [1, %d]", part, maxWeight)
 			}
 			r.Weight = w
 		}
@@ -251,8 +261,8 @@ func (d SizeDist) validate() error {
 		return errors.New("empty size distribution")
 	}
 	for _, r := range d {
-		if r.Min < 0 || r.Max < r.Min || r.Max > maxValueSize || r.Weight < 1 {
-			return fmt.Errorf("range %d-%d (weight %d) must satisfy 0 ≤ min ≤ max ≤ %d, weight ≥ 1", r.Min, r.Max, r.Weight, maxValueSize)
+		if r.Min < 0 || r.Max < r.Min || r.Max > maxValueSize || r.Weight < 1 || r.Weight > maxWeight {
+			return fmt.Errorf("range %d-%d (weight %d) must satisfy 0 ≤ min ≤ max ≤ %d, 1 ≤ weight ≤ %d", r.Min, r.Max, r.Weight, maxValueSize, maxWeight)
 		}
 	}
 	return nil
@@ -310,11 +320,11 @@ func ParseRatio(s string) (get, set int, err error) {
 	if !ok {
 		return 0, 0, fmt.Errorf("%q is not GET:SET (for example 9:1)", s)
 	}
-	if get, err = strconv.Atoi(strings.TrimSpace(g)); err != nil || get < 0 {
-		return 0, 0, fmt.Errorf("%q: %q is not a non-negative integer", s, g)
+	if get, err = strconv.Atoi(strings.TrimSpace(g)); err != nil || get < 0 || get > maxWeight {
+		return 0, 0, fmt.Errorf("%q: %q is not an integer in [0, %d]", s, g, maxWeight)
 	}
-	if set, err = strconv.Atoi(strings.TrimSpace(st)); err != nil || set < 0 {
-		return 0, 0, fmt.Errorf("%q: %q is not a non-negative integer", s, st)
+	if set, err = strconv.Atoi(strings.TrimSpace(st)); err != nil || set < 0 || set > maxWeight {
+		return 0, 0, fmt.Errorf("%q: %q is not an integer in [0, %d]", s, st, maxWeight)
 	}
 	if get+set == 0 {
 		return 0, 0, fmt.Errorf("%q: both parts are zero", s)

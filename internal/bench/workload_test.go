@@ -49,6 +49,22 @@ func TestWorkloadValidateNamesEveryFlag(t *testing.T) {
 	if err := w.Validate(false, false); err != nil {
 		t.Fatal(err)
 	}
+	// Values no comparison rejects (NaN) and parts whose sum overflows.
+	for _, tc := range []struct {
+		flag string
+		edit func(*Workload)
+	}{
+		{"--miss-ratio", func(w *Workload) { w.MissRatio = math.NaN() }},
+		{"--get-set", func(w *Workload) { w.GetRatio, w.SetRatio = math.MaxInt, 1 }},
+		{"--value-size", func(w *Workload) { w.ValueSize = SizeDist{{1, 1, math.MaxInt}, {2, 2, math.MaxInt}} }},
+		{"--key-size", func(w *Workload) { w.KeySize = 1 << 40 }},
+	} {
+		w, _ := Preset("custom")
+		tc.edit(&w)
+		if err := w.Validate(false, false); err == nil || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("%s: %v", tc.flag, err)
+		}
+	}
 }
 
 func TestParseSizeDist(t *testing.T) {
@@ -68,6 +84,9 @@ func TestParseSizeDist(t *testing.T) {
 		{in: "10:0", wantError: true},
 		{in: "-5", wantError: true},
 		{in: "2000000", wantError: true},
+		{in: "1:1000000,2:1000000", min: 1, max: 2, mean: 1.5},
+		{in: "1:1000001,2:1", wantError: true},
+		{in: "1:9223372036854775807,2:9223372036854775807", wantError: true},
 	} {
 		d, err := ParseSizeDist(tc.in)
 		if tc.wantError {
@@ -93,7 +112,10 @@ func TestParseRatioAndConcurrency(t *testing.T) {
 	if g, s, err := ParseRatio("9:1"); err != nil || g != 9 || s != 1 {
 		t.Fatalf("9:1 → %d %d %v", g, s, err)
 	}
-	for _, bad := range []string{"9", "a:1", "0:0", "-1:2", "1:x"} {
+	if g, s, err := ParseRatio("1000000:0"); err != nil || g != 1000000 || s != 0 {
+		t.Fatalf("1000000:0 → %d %d %v", g, s, err)
+	}
+	for _, bad := range []string{"9", "a:1", "0:0", "-1:2", "1:x", "1000001:1", "9223372036854775807:1"} {
 		if _, _, err := ParseRatio(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
@@ -120,6 +142,22 @@ func TestConfigValidateNamesFlags(t *testing.T) {
 	for _, flag := range []string{"--target", "--servers", "--concurrency", "--duration", "--repeat", "--rate", "--timeout", "--max-ops", "--load-timeout", "--failover"} {
 		if !strings.Contains(err.Error(), flag) {
 			t.Errorf("error does not name %s: %v", flag, err)
+		}
+	}
+	w, _ = Preset("custom")
+	ok := Config{Target: "memcache", Servers: []string{"127.0.0.1:11211"}, Workload: w, Concurrency: []int{1},
+		Duration: time.Second, Repeat: 1, Timeout: time.Second, MaxOps: 1, LoadTimeout: time.Second}
+	for _, tc := range []struct {
+		rate float64
+		ok   bool
+	}{
+		{0, true}, {1e-3, true}, {5000, true}, {1e9, true},
+		{-1, false}, {1e-9, false}, {2e9, false}, {math.NaN(), false}, {math.Inf(1), false},
+	} {
+		cfg := ok
+		cfg.Rate = tc.rate
+		if err := cfg.Validate(); (err == nil) != tc.ok || err != nil && !strings.Contains(err.Error(), "--rate") {
+			t.Errorf("--rate %g: %v", tc.rate, err)
 		}
 	}
 }
