@@ -41,6 +41,12 @@ fuzz: ## every fuzz target for FUZZTIME each (seed corpora in each package's tes
 	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./internal/httpapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME) ./internal/raftlog/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/failpoint/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseETags$$' -fuzztime $(FUZZTIME) ./internal/httpapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeItem$$' -fuzztime $(FUZZTIME) ./internal/fsm/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseSize$$' -fuzztime $(FUZZTIME) ./internal/config/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseSizeDist$$' -fuzztime $(FUZZTIME) ./internal/bench/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRatio$$' -fuzztime $(FUZZTIME) ./internal/bench/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseConcurrency$$' -fuzztime $(FUZZTIME) ./internal/bench/
 
 bench: ## Go micro-benchmarks (server comparisons: bench/compare.sh)
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
