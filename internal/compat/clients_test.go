@@ -104,7 +104,8 @@ func TestConformanceKvd(t *testing.T) {
 }
 
 // TestClientsAgainstClusterFollower points the conformance table,
-// memccapable and gomemcache's suite at a follower of a 3-node cluster:
+// memccapable, gomemcache's suite and pymemcache's at a follower of a
+// 3-node cluster:
 // every write is forwarded to the leader and every read goes through
 // ReadIndex.
 func TestClientsAgainstClusterFollower(t *testing.T) {
@@ -120,6 +121,9 @@ func TestClientsAgainstClusterFollower(t *testing.T) {
 		require.Contains(t, string(out), "All tests passed")
 	}
 	runGomemcacheSuite(t, follower.MemcacheAddr)
+	if dir, err := exec.Command(debianPython, "-c", "import os, pytest, pymemcache.test; print(os.path.dirname(pymemcache.test.__file__))").Output(); err == nil {
+		runPymemcacheSuite(t, strings.TrimSpace(string(dir)), follower.MemcacheAddr)
+	}
 }
 
 // clusterFollower starts a 3-node cluster and returns one of its followers.
