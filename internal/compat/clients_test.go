@@ -121,8 +121,8 @@ func TestClientsAgainstClusterFollower(t *testing.T) {
 		require.Contains(t, string(out), "All tests passed")
 	}
 	runGomemcacheSuite(t, follower.MemcacheAddr)
-	if dir, err := exec.Command(debianPython, "-c", "import os, pytest, pymemcache.test; print(os.path.dirname(pymemcache.test.__file__))").Output(); err == nil {
-		runPymemcacheSuite(t, strings.TrimSpace(string(dir)), follower.MemcacheAddr)
+	if dir, err := findPymemcacheTests(); err == nil {
+		runPymemcacheSuite(t, dir, follower.MemcacheAddr)
 	}
 }
 
