@@ -33,20 +33,17 @@ lint: ## gofmt, go vet, staticcheck
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
+# Every fuzz target, as package:Target under internal/ (internal/lint checks
+# that the list and the tree agree).
+FUZZ_TARGETS = mcproto:FuzzReader command:FuzzDecode transport:FuzzDecode transport:FuzzReadSnapshotStream \
+	httpapi:FuzzParseKey httpapi:FuzzParseETags raftlog:FuzzDecodeEntry failpoint:FuzzParse fsm:FuzzDecodeItem \
+	config:FuzzParseSize bench:FuzzParseSizeDist bench:FuzzParseRatio bench:FuzzParseConcurrency
+
 fuzz: ## every fuzz target for FUZZTIME each (seed corpora in each package's testdata/fuzz)
-	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) ./internal/mcproto/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/command/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/transport/
-	$(GO) test -run '^$$' -fuzz '^FuzzReadSnapshotStream$$' -fuzztime $(FUZZTIME) ./internal/transport/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./internal/httpapi/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME) ./internal/raftlog/
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/failpoint/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseETags$$' -fuzztime $(FUZZTIME) ./internal/httpapi/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeItem$$' -fuzztime $(FUZZTIME) ./internal/fsm/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseSize$$' -fuzztime $(FUZZTIME) ./internal/config/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseSizeDist$$' -fuzztime $(FUZZTIME) ./internal/bench/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseRatio$$' -fuzztime $(FUZZTIME) ./internal/bench/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseConcurrency$$' -fuzztime $(FUZZTIME) ./internal/bench/
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "$(GO) test -run '^$$' -fuzz '^$${t#*:}$$' -fuzztime $(FUZZTIME) ./internal/$${t%%:*}/"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) ./internal/$${t%%:*}/; \
+	done
 
 bench: ## Go micro-benchmarks (server comparisons: bench/compare.sh)
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
