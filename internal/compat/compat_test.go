@@ -634,12 +634,19 @@ func TestMatcher(t *testing.T) {
 // TestConformanceMemcached runs the suite against the real memcached, the
 // reference every expected reply was taken from.
 func TestConformanceMemcached(t *testing.T) {
-	const bin = "/usr/bin/memcached"
-	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("memcached is not installed at %s (Debian: apt-get install memcached): %v", bin, err)
+	needMemcached(t)
+	runConformance(t, startMemcached(t, memcachedBin))
+}
+
+// memcachedBin is the reference server, from Debian's memcached package.
+const memcachedBin = "/usr/bin/memcached"
+
+// needMemcached skips t where the reference server is not installed.
+func needMemcached(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(memcachedBin); err != nil {
+		t.Skipf("memcached is not installed at %s (Debian: apt-get install memcached): %v", memcachedBin, err)
 	}
-	addr := startMemcached(t, bin)
-	runConformance(t, addr)
 }
 
 // TestConformanceAddr runs the suite against any running server named by

@@ -34,15 +34,12 @@ import (
 // picks the seeds, and KVD_DIFF_HISTORY is how many of the last steps a
 // failure prints (12).
 func TestDifferentialAgainstMemcached(t *testing.T) {
-	const bin = "/usr/bin/memcached"
-	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("memcached is not installed at %s (Debian: apt-get install memcached): %v", bin, err)
-	}
+	needMemcached(t)
 	seeds := 4
 	if testing.Short() {
 		seeds = 2
 	}
-	mc := startMemcached(t, bin, differentialMemcachedArgs...)
+	mc := startMemcached(t, memcachedBin, differentialMemcachedArgs...)
 	runSeeds(t, seeds, 400, mc, kvdproc.Start(t, t.TempDir()).MemcacheAddr)
 }
 
@@ -71,14 +68,11 @@ func runSeeds(t *testing.T, seeds, steps int, mcAddr, kvdAddr string) {
 // cluster: every write is forwarded to the leader and every read waits for
 // ReadIndex, and the replies must still be memcached's.
 func TestDifferentialClusterFollower(t *testing.T) {
-	const bin = "/usr/bin/memcached"
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
 	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("memcached is not installed at %s (Debian: apt-get install memcached): %v", bin, err)
-	}
-	mc := startMemcached(t, bin, differentialMemcachedArgs...)
+	needMemcached(t)
+	mc := startMemcached(t, memcachedBin, differentialMemcachedArgs...)
 	runSeeds(t, 2, 300, mc, clusterFollower(t).MemcacheAddr)
 }
 

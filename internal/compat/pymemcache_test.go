@@ -24,11 +24,10 @@ const debianPython = "/usr/bin/python3"
 // the harness's.
 func TestPymemcacheSuite(t *testing.T) {
 	dir := pymemcacheTests(t)
-	if _, err := os.Stat("/usr/bin/memcached"); err == nil {
-		t.Run("memcached", func(t *testing.T) {
-			runPymemcacheSuite(t, dir, startMemcached(t, "/usr/bin/memcached"))
-		})
-	}
+	t.Run("memcached", func(t *testing.T) {
+		needMemcached(t)
+		runPymemcacheSuite(t, dir, startMemcached(t, memcachedBin))
+	})
 	t.Run("kvd", func(t *testing.T) {
 		runPymemcacheSuite(t, dir, kvdproc.Start(t, t.TempDir()).MemcacheAddr)
 	})
@@ -38,23 +37,18 @@ func TestPymemcacheSuite(t *testing.T) {
 // where the package is not installed (and fails it in CI, which installs it).
 func pymemcacheTests(t *testing.T) string {
 	t.Helper()
-	dir, err := findPymemcacheTests()
+	out, err := exec.Command(debianPython, "-c",
+		"import os, pytest, pymemcache.test; print(os.path.dirname(pymemcache.test.__file__))").Output()
 	if err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("pymemcache's tests are not importable by %s (%v); .ci/run installs python3-pymemcache and python3-pytest", debianPython, err)
 		}
 		t.Skipf("pymemcache's tests are not installed for %s (apt-get install python3-pymemcache python3-pytest): %v", debianPython, err)
 	}
+	dir := strings.TrimSpace(string(out))
 	_, err = os.Stat(filepath.Join(dir, "test_integration.py"))
 	require.NoError(t, err, "pymemcache's integration tests")
 	return dir
-}
-
-// findPymemcacheTests asks Debian's python where pymemcache's tests are.
-func findPymemcacheTests() (string, error) {
-	out, err := exec.Command(debianPython, "-c",
-		"import os, pytest, pymemcache.test; print(os.path.dirname(pymemcache.test.__file__))").Output()
-	return strings.TrimSpace(string(out)), err
 }
 
 var pytestPassed = regexp.MustCompile(`(\d+) passed`)
