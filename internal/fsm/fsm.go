@@ -353,6 +353,13 @@ func (f *FSM) Stats() Stats {
 // The item's Value may be shared with the item cache: read it, never
 // write to it (its capacity ends with it, so an append copies).
 func (f *FSM) Get(key []byte, nowNs int64) (Item, bool, error) {
+	// The horizon is read before the item: Apply publishes an item's new
+	// state (commit, cache) before the horizon that goes with it, so an item
+	// read after this load is at least as new as the horizon. Read the other
+	// way round, an item a passed horizon hides could be judged by the
+	// horizon of a later flush_all that deleted it (0, or one not yet
+	// passed) and come back for a moment.
+	flushAt := f.flushAt.Load()
 	f.dbMu.RLock()
 	defer f.dbMu.RUnlock()
 	if f.db == nil {
@@ -382,7 +389,7 @@ func (f *FSM) Get(key []byte, nowNs int64) (Item, bool, error) {
 	// ever written again (store caches a fresh copy), so the value need
 	// not be copied once more for every get.
 	it, ok, err := viewItem(enc, key)
-	if err != nil || !ok || !f.visible(&it, nowNs) {
+	if err != nil || !ok || !visible(&it, flushAt, nowNs) {
 		return Item{}, false, err
 	}
 	return it, true, nil
@@ -411,10 +418,6 @@ func viewItem(enc, key []byte) (Item, bool, error) {
 	}
 	it.Value = it.Value[:len(it.Value):len(it.Value)]
 	return it, true, nil
-}
-
-func (f *FSM) visible(it *Item, nowNs int64) bool {
-	return visible(it, f.flushAt.Load(), nowNs)
 }
 
 // visible is the one rule, for reads and for apply: an item is gone from its

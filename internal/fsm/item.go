@@ -60,12 +60,29 @@ func decodeItem(b []byte, it *Item) error {
 	it.Flags = binary.BigEndian.Uint32(b[1:])
 	it.ExpiresAt = int64(binary.BigEndian.Uint64(b[5:]))
 	if b[0] == itemVersionSec {
-		it.ExpiresAt *= 1e9
+		it.ExpiresAt = secToNs(it.ExpiresAt)
 	}
 	it.CAS = binary.BigEndian.Uint64(b[13:])
 	it.StoredAt = int64(binary.BigEndian.Uint64(b[21:]))
 	it.Value = b[itemHeaderLen:]
 	return nil
+}
+
+// secToNs converts a version 1 expiry. Version 1 took any 64-bit ttl from
+// the HTTP API unclamped, so a "never" such as 9999999999 s is past the
+// last Unix nanosecond: it becomes that nanosecond, as expiryOf clamps new
+// writes, rather than wrapping into the past and losing the item. (Its
+// index entry stays under the old second, which no sweep reaches before
+// the year 2286.)
+func secToNs(sec int64) int64 {
+	switch {
+	case sec > math.MaxInt64/int64(1e9):
+		return math.MaxInt64
+	case sec < 0:
+		return 1 // already expired, as expiryOf stores a negative exptime
+	default:
+		return sec * 1e9
+	}
 }
 
 func firstByte(b []byte) int {

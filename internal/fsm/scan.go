@@ -50,6 +50,7 @@ func (f *FSM) Scan(prefix, after []byte, limit int, nowNs int64) ([]ScanItem, er
 	if bytes.Compare(lower, upper) >= 0 {
 		return nil, nil
 	}
+	flushAt := f.flushAt.Load() // before the data, as in Get
 	f.dbMu.RLock()
 	defer f.dbMu.RUnlock()
 	if f.db == nil {
@@ -67,7 +68,7 @@ func (f *FSM) Scan(prefix, after []byte, limit int, nowNs int64) ([]ScanItem, er
 		if err := decodeItem(iter.Value(), &it); err != nil {
 			return nil, fmt.Errorf("scan: key %q: %w", k[1:], err)
 		}
-		if !f.visible(&it, nowNs) {
+		if !visible(&it, flushAt, nowNs) {
 			continue
 		}
 		out = append(out, ScanItem{
