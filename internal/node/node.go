@@ -83,6 +83,15 @@ func Start(cfg config.Config, logger *slog.Logger) (n *Node, err error) {
 	built := n
 	defer func() {
 		if err != nil {
+			// The expiry sweeper and the disk guard start before the
+			// listeners bind; a failed listen must not leave them polling
+			// a stopped node.
+			if built.stopSweep != nil {
+				built.stopSweep()
+			}
+			if built.stopWatch != nil {
+				built.stopWatch()
+			}
 			built.closeStores()
 		}
 	}()

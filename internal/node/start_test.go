@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,13 +17,30 @@ import (
 
 // A port in use is a clear start-up error, with the stores closed again, so
 // that the same data dir can be opened right after (found by the
-// robustness harness: Start used to crash with a nil pointer instead).
+// robustness harness: Start used to crash with a nil pointer instead), and
+// with the expiry sweeper and the disk guard stopped (they start before the
+// listeners bind, and used to poll the stopped node for good).
 func TestStartFailsCleanlyWhenAPortIsTaken(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer taken.Close()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	dir := t.TempDir()
+	background := []string{"RunExpirySweeper", "(*SpaceGuard).Run"}
+	before := make(map[string]int)
+	for _, fn := range background {
+		before[fn] = goroutinesIn(fn)
+	}
+	defer func() {
+		for _, fn := range background {
+			// They stop on their context's cancel; give them a moment
+			// to return, bounded.
+			for i := 0; i < 500 && goroutinesIn(fn) != before[fn]; i++ {
+				time.Sleep(10 * time.Millisecond)
+			}
+			require.Equal(t, before[fn], goroutinesIn(fn), "goroutines in %s after the failed starts", fn)
+		}
+	}()
 	for _, tc := range []struct{ name, memcache, http, want string }{
 		{"memcache", taken.Addr().String(), "127.0.0.1:0", "listen memcache"},
 		{"http", "127.0.0.1:0", taken.Addr().String(), "listen http"},
@@ -90,4 +109,17 @@ func TestStalledHTTPUploadIsCutOff(t *testing.T) {
 	require.NoError(t, err, "the server closes the stalled connection")
 
 	require.NoError(t, n.Shutdown(t.Context()))
+}
+
+// goroutinesIn counts the goroutines whose stack mentions fn.
+func goroutinesIn(fn string) int {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, fn) {
+			n++
+		}
+	}
+	return n
 }

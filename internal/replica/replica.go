@@ -466,6 +466,18 @@ func (p *Pending) Wait(ctx context.Context, deadline time.Time) (any, error) {
 	select {
 	case o := <-p.ch:
 		return p.outcome(o)
+	case <-p.r.done:
+		// The loop answers every waiter it knows of before done closes.
+		// A proposal that registered after that (it found done still open
+		// and room in the queue nobody reads any more) was never proposed:
+		// nobody else will answer it.
+		select {
+		case o := <-p.ch:
+			return p.outcome(o)
+		default:
+		}
+		p.r.proposalsFailed.Add(1)
+		return nil, ErrStopped
 	case <-ctx.Done():
 	case <-expired:
 	}

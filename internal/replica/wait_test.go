@@ -3,6 +3,8 @@ package replica
 import (
 	"context"
 	"encoding/binary"
+	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,4 +91,66 @@ func TestStatusCountsPendingLive(t *testing.T) {
 	require.Equal(t, 1, r.Status().Pending)
 	require.True(t, r.waits.trigger(1, Outcome{}))
 	require.Equal(t, 0, r.Status().Pending, "answered, so no longer pending")
+}
+
+// TestProposeRacingStopIsAnswered: Stop fails every waiter with
+// ErrStopped. run's deferred cleanup fails the registered waiters
+// (waits.failAll) and only afterwards closes done. A Propose that registers
+// after failAll swapped the map, and checks done before it is closed, finds
+// room in propc (nobody reads it any more) and returns a Pending nobody
+// answers. Wait used to block until its deadline and report
+// ErrUnknownOutcome for a write that was never proposed (and with no
+// deadline, for good); it now watches done.
+//
+// The window is failAll's send loop: it is widened here by waiters that are
+// registered directly (as many proposals in flight would be).
+func TestProposeRacingStopIsAnswered(t *testing.T) {
+	r := startSolo(t, 0, func(c *Config) { c.MaxPending = 1 << 22 })
+	for i := uint64(1 << 40); i < 1<<40+300_000; i++ {
+		_, ok := r.waits.register(i)
+		require.True(t, ok)
+	}
+	var (
+		next    atomic.Uint64
+		mu      sync.Mutex
+		pending []*Pending
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+	)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for {
+				id := next.Add(1)
+				p, err := r.Propose(context.Background(), time.Time{}, id, binary.BigEndian.AppendUint64(nil, id))
+				if errors.Is(err, ErrStopped) {
+					return
+				}
+				if err == nil {
+					mu.Lock()
+					pending = append(pending, p)
+					mu.Unlock()
+				}
+				// Paced, as clients are: the loop keeps up and the queue
+				// has room, which is what makes the race possible.
+				time.Sleep(20 * time.Microsecond)
+			}
+		}()
+	}
+	// The proposers start with the queue empty, as Stop begins.
+	close(start)
+	r.Stop()
+	wg.Wait()
+	// The replica is stopped: every outcome is due now. The deadline only
+	// keeps a regression from hanging the test; nothing should reach it.
+	t.Logf("%d proposals accepted while Stop ran", len(pending))
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range pending {
+		_, err := p.Wait(context.Background(), deadline)
+		if err != nil {
+			require.ErrorIs(t, err, ErrStopped, "a proposal accepted as Stop ran was not answered")
+		}
+	}
 }
