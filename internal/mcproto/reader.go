@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"unsafe"
 )
 
 // MaxKeyLen is the longest key memcached accepts, in bytes.
@@ -164,6 +165,11 @@ func (r *Reader) Next(req *Request) error {
 func (r *Reader) release() {
 	if cap(r.data) > retainSize {
 		r.data = nil
+	}
+	// A multiget of short keys grows the token slice to a few hundred
+	// thousand entries, 24 bytes each.
+	if cap(r.words)*int(unsafe.Sizeof([]byte(nil))) > retainSize {
+		r.words = nil
 	}
 	if len(r.buf) > retainSize && r.end-r.pos <= initialBufSize {
 		b := make([]byte, initialBufSize)

@@ -87,6 +87,10 @@ type conn struct {
 	budget budget
 	broken atomic.Bool
 
+	// unflushed is set when writeNow left reply bytes in w for the rest
+	// of a batch; the reader flushes them before it waits for more input.
+	unflushed atomic.Bool
+
 	stopOnce  sync.Once
 	lastWrite *reply // the newest reply with calls; reads wait for it
 
@@ -130,16 +134,16 @@ func (s *Server) newConn(nc net.Conn) *conn {
 	c := &conn{
 		s:  s,
 		nc: nc,
-		r: mcproto.NewReader(cc, mcproto.Limits{
-			MaxItemSize:     s.cfg.MaxItemSize,
-			MaxLine:         2048,
-			MaxMultigetLine: 1 << 20,
-		}),
-		w:     bufio.NewWriterSize(cc, 16<<10),
-		queue: make(chan *reply, s.cfg.PipelineDepth),
-		id:    s.connID(nc),
-		addr:  nc.RemoteAddr().String(),
+		w:  bufio.NewWriterSize(cc, 16<<10),
 	}
+	c.r = mcproto.NewReader(flushBeforeRead{c: c, r: cc}, mcproto.Limits{
+		MaxItemSize:     s.cfg.MaxItemSize,
+		MaxLine:         2048,
+		MaxMultigetLine: 1 << 20,
+	})
+	c.queue = make(chan *reply, s.cfg.PipelineDepth)
+	c.id = s.connID(nc)
+	c.addr = nc.RemoteAddr().String()
 	c.budget.cond.L = &c.budget.mu
 	return c
 }
@@ -240,9 +244,45 @@ func (c *conn) writeNow(rp *reply) {
 	if !c.broken.Load() && c.writeReply(rp, c.r.Buffered() == 0) {
 		c.broken.Store(true)
 	}
+	if c.w.Buffered() > 0 {
+		c.unflushed.Store(true)
+	}
 	c.wmu.Unlock()
 	if rp.budgeted > 0 {
 		c.budget.release(rp.budgeted)
+	}
+}
+
+// flushBeforeRead is the reader's side of the socket. Before the reader
+// waits for more bytes, it sends the replies writeNow held back for the
+// rest of a batch: when what is buffered is only the start of the next
+// request (a line cut in two, or a value still arriving), the finished
+// replies go out now, as memcached sends them, rather than after the rest
+// of the request arrives (which a client waiting for them never sends).
+type flushBeforeRead struct {
+	c *conn
+	r countingConn
+}
+
+func (f flushBeforeRead) Read(p []byte) (int, error) {
+	if f.c.unflushed.Load() {
+		f.c.flushHeld()
+	}
+	return f.r.Read(p)
+}
+
+// flushHeld flushes what writeNow left in the buffer. With replies queued,
+// the writer flushes once it has written them, and these bytes with them.
+func (c *conn) flushHeld() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.broken.Load() || c.queued.Load() > 0 {
+		return
+	}
+	c.unflushed.Store(false)
+	if err := c.w.Flush(); err != nil {
+		c.stopReading()
+		c.broken.Store(true)
 	}
 }
 
@@ -300,6 +340,7 @@ func (c *conn) writeReply(rp *reply, flush bool) (broken bool) {
 			c.stopReading()
 			return true
 		}
+		c.unflushed.Store(false)
 	}
 	if rp.close {
 		_ = c.nc.Close()

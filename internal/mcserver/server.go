@@ -115,8 +115,9 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		backoff = 0
 		s.lastAccept.Store(s.stats.sinceStart())
-		s.stats.TotalConnections.Add(1)
 		if int(s.stats.CurrConnections.Load()) >= s.cfg.MaxConnections {
+			// Counted as rejected only: memcached's total_connections
+			// counts the connections it serves.
 			s.stats.RejectedConnections.Add(1)
 			// memcached's own words for this, then close.
 			_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
@@ -124,6 +125,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			_ = nc.Close()
 			continue
 		}
+		s.stats.TotalConnections.Add(1)
 		c := s.newConn(nc)
 		c.lastCmd.Store(s.stats.sinceStart())
 		s.mu.Lock()
