@@ -265,7 +265,9 @@ type flushBeforeRead struct {
 }
 
 func (f flushBeforeRead) Read(p []byte) (int, error) {
-	if f.c.unflushed.Load() {
+	// With replies queued the writer holds the lock, maybe for long
+	// (a client slow to read), and its flush covers these bytes.
+	if f.c.unflushed.Load() && f.c.queued.Load() == 0 {
 		f.c.flushHeld()
 	}
 	return f.r.Read(p)
