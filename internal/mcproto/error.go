@@ -28,6 +28,18 @@ type Error struct {
 	Counted Command
 
 	reason string // for Error() when Reply is empty or not self-explanatory
+	// suppressed is the line noreply kept from the client, for Line.
+	suppressed string
+}
+
+// Line is the reply line memcached would send for e, even where noreply
+// suppressed it (Reply is then empty), so that the server can count the
+// error by its kind; "" when there is none (a connection closed at once).
+func (e *Error) Line() string {
+	if e.Reply != "" {
+		return e.Reply
+	}
+	return e.suppressed
 }
 
 func (e *Error) Error() string {
@@ -45,7 +57,7 @@ func (e *Error) Error() string {
 // asked for noreply; the connection stays open.
 func replyError(msg string, noreply bool) *Error {
 	if noreply {
-		return &Error{reason: "suppressed by noreply: " + msg}
+		return &Error{reason: "suppressed by noreply: " + msg, suppressed: msg}
 	}
 	return &Error{Reply: msg}
 }

@@ -191,7 +191,7 @@ func (c *conn) readLoop() {
 			// The parser rejected the line, so which command it meant is
 			// not reliable: such requests count as "unknown", except in the
 			// general stats where memcached counts them anyway.
-			st.count(0, replyResult(perr.Reply), 1)
+			st.count(0, replyResult(perr.Line()), 1)
 			st.countRejected(perr.Counted)
 			var buf []byte
 			switch {

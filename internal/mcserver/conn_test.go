@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,4 +91,36 @@ func TestRejectedConnectionsAreNotTotalConnections(t *testing.T) {
 	}
 	assert.Equal(t, extra, delta("rejected_connections"))
 	assert.Equal(t, 0, delta("total_connections"), "refused connections counted as total_connections")
+}
+
+// TestSuppressedClientErrorsCountAsClientErrors: a CLIENT_ERROR that
+// noreply keeps from the client (a bad delta, a bad exptime, an over-long
+// key) still counts as a client error in the per-command metrics. With the
+// reply line empty they used to count as "error", memcached's bare ERROR
+// for a command it does not know.
+func TestSuppressedClientErrorsCountAsClientErrors(t *testing.T) {
+	srv, addr := ownServer(t, mcserver.Config{})
+	c := dial(t, addr)
+	unknown := func() (clientErr, bareErr uint64) {
+		for _, cs := range srv.Stats().Commands() {
+			if cs.Command != "unknown" {
+				continue
+			}
+			for r, v := range cs.Results {
+				switch mcserver.ResultName(r) {
+				case "client_error":
+					clientErr = v
+				case "error":
+					bareErr = v
+				}
+			}
+		}
+		return clientErr, bareErr
+	}
+	c0, e0 := unknown()
+	lines := c.do("incr k x noreply\r\ntouch k x noreply\r\nset "+strings.Repeat("k", 251)+" 0 0 1 noreply\r\nbogus\r\nversion\r\n", "VERSION 1.6.21")
+	require.Equal(t, []string{"ERROR", "VERSION 1.6.21"}, lines) // as memcached answers
+	c1, e1 := unknown()
+	assert.Equal(t, uint64(3), c1-c0, "client_error")
+	assert.Equal(t, uint64(1), e1-e0, "error")
 }
