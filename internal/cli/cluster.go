@@ -44,31 +44,40 @@ quorum is refused unless --force is given.`,
   kvd serve --name n4 --peer-addr 10.0.0.4:11290 --join http://10.0.0.1:11280
   kvd cluster transfer-leader n2
   kvd cluster remove n3`,
-		PersistentPreRunE: func(*cobra.Command, []string) error {
-			for _, e := range strings.Split(endpoints, ",") {
-				e = strings.TrimSpace(e)
-				if e == "" {
-					continue
-				}
-				if !strings.Contains(e, "://") {
-					e = "http://" + e
-				}
-				u, err := url.Parse(e)
-				if err != nil || u.Host == "" {
-					return fmt.Errorf("--endpoints: %q is not an HTTP address", e)
-				}
-				c.endpoints = append(c.endpoints, strings.TrimRight(e, "/"))
+		// cobra prints help and succeeds for an unknown subcommand of a
+		// command that does not run itself; the root refuses one, and so
+		// does this, so that a typo in a script fails.
+		Args:                       unknownSubcommand,
+		SuggestionsMinimumDistance: 2, // cobra's default, which SuggestionsFor does not apply itself
+		RunE:                       func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.PersistentPreRunE = func(run *cobra.Command, _ []string) error {
+		if run == cmd {
+			return nil // help only: nothing to dial
+		}
+		for _, e := range strings.Split(endpoints, ",") {
+			e = strings.TrimSpace(e)
+			if e == "" {
+				continue
 			}
-			if len(c.endpoints) == 0 {
-				return errors.New("--endpoints: give at least one member's HTTP address")
+			if !strings.Contains(e, "://") {
+				e = "http://" + e
 			}
-			if c.timeout <= 0 {
-				// A zero bound would expire every request before it is sent
-				// and read as "no member answered".
-				return fmt.Errorf("--timeout %v: must be positive", c.timeout)
+			u, err := url.Parse(e)
+			if err != nil || u.Host == "" {
+				return fmt.Errorf("--endpoints: %q is not an HTTP address", e)
 			}
-			return nil
-		},
+			c.endpoints = append(c.endpoints, strings.TrimRight(e, "/"))
+		}
+		if len(c.endpoints) == 0 {
+			return errors.New("--endpoints: give at least one member's HTTP address")
+		}
+		if c.timeout <= 0 {
+			// A zero bound would expire every request before it is sent
+			// and read as "no member answered".
+			return fmt.Errorf("--timeout %v: must be positive", c.timeout)
+		}
+		return nil
 	}
 	cmd.PersistentFlags().StringVar(&endpoints, "endpoints", "http://127.0.0.1:11280", "HTTP addresses of members, comma separated (the first that answers is used)")
 	cmd.PersistentFlags().DurationVar(&c.timeout, "timeout", 15*time.Second, "bound on each request")
@@ -101,11 +110,14 @@ quorum is refused unless --force is given.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			body := httpapi.MemberInfo{Name: args[0], PeerAddr: args[1]}
 			var info httpapi.JoinInfo
-			if err := c.call(cmd.Context(), http.MethodPost, "/v1/cluster/members", body, &info); err != nil {
+			// The member that answered is one known to be up: the one to
+			// join through (a follower passes the join on to the leader).
+			answered, err := c.send(cmd.Context(), http.MethodPost, "/v1/cluster/members", body, &info)
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "added %s (id %s) as a learner; start it with:\n  kvd serve --name %s --peer-addr %s --join %s\n",
-				args[0], info.ID, args[0], args[1], c.endpoints[0])
+				args[0], info.ID, args[0], args[1], answered)
 			return nil
 		},
 	}
@@ -159,10 +171,29 @@ func leaderHTTP(st httpapi.ClusterStatus) string {
 
 func selfIsLeader(st httpapi.ClusterStatus) bool { return st.Self != "" && st.Self == st.Leader }
 
-// call sends one request to the first endpoint that answers. An HTTP error
-// answer is final (the member judged the request); a connection failure
-// moves on to the next endpoint.
+// unknownSubcommand refuses any argument to `kvd cluster` itself: one can
+// only be a misspelt subcommand. The message is the root command's.
+func unknownSubcommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t")
+	}
+	return errors.New(msg)
+}
+
+// call sends one request to the first endpoint that answers (see send).
 func (c *clusterClient) call(ctx context.Context, method, path string, body, out any) error {
+	_, err := c.send(ctx, method, path, body, out)
+	return err
+}
+
+// send sends one request to the first endpoint that answers and returns
+// that endpoint. An HTTP error answer is final (the member judged the
+// request); a connection failure moves on to the next endpoint.
+func (c *clusterClient) send(ctx context.Context, method, path string, body, out any) (string, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -170,7 +201,7 @@ func (c *clusterClient) call(ctx context.Context, method, path string, body, out
 	if body != nil {
 		var err error
 		if payload, err = json.Marshal(body); err != nil {
-			return err
+			return "", fmt.Errorf("encode request: %w", err)
 		}
 	}
 	var errs []error
@@ -180,11 +211,11 @@ func (c *clusterClient) call(ctx context.Context, method, path string, body, out
 		cancel()
 		var answered *apiError
 		if err == nil || errors.As(err, &answered) {
-			return err
+			return ep, err
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", ep, err))
 	}
-	return fmt.Errorf("no member answered: %w", errors.Join(errs...))
+	return "", fmt.Errorf("no member answered: %w", errors.Join(errs...))
 }
 
 // apiError is an error answer from a member.

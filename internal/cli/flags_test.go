@@ -3,6 +3,10 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -38,4 +42,54 @@ func TestClusterRefusesANonPositiveTimeout(t *testing.T) {
 		require.Error(t, err)
 		require.True(t, strings.HasPrefix(err.Error(), "--timeout"), "%s: %v", timeout, err)
 	}
+}
+
+// A misspelt subcommand of kvd cluster is an error, as on the root command,
+// so a script with a typo fails; kvd cluster alone prints its help.
+func TestClusterUnknownSubcommand(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		err     string // "" = help, no error
+		suggest string
+	}{
+		{args: []string{"cluster"}},
+		{args: []string{"cluster", "--help"}},
+		{args: []string{"cluster", "stauts", "--endpoints", "http://127.0.0.1:1"}, err: `unknown command "stauts" for "kvd cluster"`, suggest: "status"},
+		{args: []string{"cluster", "remvoe", "n3"}, err: `unknown command "remvoe" for "kvd cluster"`, suggest: "remove"},
+		{args: []string{"cluster", "frobnicate"}, err: `unknown command "frobnicate" for "kvd cluster"`},
+	} {
+		out, _, err := runArgs(t, tc.args...)
+		if tc.err == "" {
+			require.NoError(t, err, "%v", tc.args)
+			require.Contains(t, out, "Available Commands:", "%v prints help", tc.args)
+			continue
+		}
+		require.ErrorContains(t, err, tc.err, "%v", tc.args)
+		if tc.suggest != "" {
+			require.ErrorContains(t, err, "Did you mean this?\n\t"+tc.suggest, "%v", tc.args)
+		}
+		require.NotContains(t, out, "Available Commands:", "%v: an error, not help", tc.args)
+	}
+}
+
+// kvd cluster add names as --join the member that answered, not the first
+// of --endpoints (which may be down), and sends its body as JSON, which
+// the cluster endpoints require.
+func TestClusterAddJoinsThroughTheMemberThatAnswered(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/cluster/members" ||
+			r.Header.Get("Content-Type") != "application/json" || !json.Valid(body) {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(map[string]any{"cluster_id": "1", "id": "2"})
+	}))
+	defer srv.Close()
+	// Port 1 on loopback refuses the connection: a member that is down.
+	out, _, err := runArgs(t, "cluster", "add", "n4", "127.0.0.1:11294", "--endpoints", "http://127.0.0.1:1,"+srv.URL)
+	require.NoError(t, err)
+	require.Contains(t, out, "kvd serve --name n4 --peer-addr 127.0.0.1:11294 --join "+srv.URL+"\n")
 }

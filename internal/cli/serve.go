@@ -79,12 +79,12 @@ names (e.g. "max-item-size: 2m").`,
 // bindFlags binds every config field to a flag of fs, so the flags, the
 // config file keys and config.Config stay one list.
 func bindFlags(fs *pflag.FlagSet, c *config.Config) *pflag.FlagSet {
-	fs.StringVar(&c.Name, "name", c.Name, "member name (in --initial-cluster)")
+	fs.StringVar(&c.Name, "name", c.Name, "member name (in --initial-cluster); no '/', ',', '=', spaces or control characters")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for the raft log and the data")
 	fs.StringVar(&c.MemcacheAddr, "memcache-addr", c.MemcacheAddr, "memcached protocol listener (TCP)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listener: API /v1/kv, /v1/cluster, /metrics, /healthz, /readyz, console at /")
 	fs.StringVar(&c.PeerAddr, "peer-addr", c.PeerAddr, "raft peer listener")
-	fs.StringVar(&c.InitialCluster, "initial-cluster", c.InitialCluster, "founding members name=host:port,… (default: this member alone)")
+	fs.StringVar(&c.InitialCluster, "initial-cluster", c.InitialCluster, "founding members name=host:port,…, names as for --name (default: this member alone)")
 	fs.StringVar(&c.Join, "join", c.Join, "join a running cluster through a member's HTTP address (http://host:11280) instead of founding one")
 	fs.StringVar(&c.AdvertisePeerAddr, "advertise-peer-addr", c.AdvertisePeerAddr, "peer address other members dial (default: --peer-addr, wildcard host → host name)")
 	fs.StringVar(&c.AdvertiseHTTPAddr, "advertise-http-addr", c.AdvertiseHTTPAddr, "HTTP address published to other members and the console (default: the bound --http-addr)")
@@ -95,7 +95,7 @@ func bindFlags(fs *pflag.FlagSet, c *config.Config) *pflag.FlagSet {
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "bound on every request; without quorum requests fail after it")
 	fs.StringVar(&c.ReadConsistency, "read-consistency", c.ReadConsistency, "default reads: linearizable, lease or local (may be stale)")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "raft heartbeat interval (one tick)")
-	fs.DurationVar(&c.ElectionTimeout, "election-timeout", c.ElectionTimeout, "raft election timeout (≥ 3× heartbeat)")
+	fs.DurationVar(&c.ElectionTimeout, "election-timeout", c.ElectionTimeout, "raft election timeout: a multiple of --heartbeat-interval, at least 3×")
 	fs.Uint64Var(&c.SnapshotCount, "snapshot-count", c.SnapshotCount, "applied entries between raft log compactions (or 16 MiB of entry data, if that comes first)")
 	fs.Uint64Var(&c.SnapshotCatchupEntries, "snapshot-catchup-entries", c.SnapshotCatchupEntries, "entries kept behind the applied index at a compaction (at most 16 MiB of them); a follower further behind gets a snapshot")
 	fs.Var(&c.MinFreeDisk, "min-free-disk", "refuse writes while the data dir's filesystem has less free space (bytes; k/m/g suffixes; 0: off)")

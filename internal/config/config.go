@@ -7,6 +7,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -14,13 +15,16 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
 
 // Config is everything `kvd serve` needs.
 type Config struct {
-	// Name is this member's name in --initial-cluster (default: the host name).
+	// Name is this member's name in --initial-cluster (default: the host
+	// name); CheckName says which names are allowed.
 	Name string `yaml:"name"`
 	// DataDir holds raft/ (the log) and state/ (the data). Default ./kvd-data.
 	DataDir string `yaml:"data-dir"`
@@ -69,9 +73,10 @@ type Config struct {
 	// HeartbeatInterval is the raft tick and leader heartbeat period. Default 50ms.
 	HeartbeatInterval time.Duration `yaml:"heartbeat-interval"`
 	// ElectionTimeout is how long followers wait without a heartbeat before an
-	// election; a multiple of HeartbeatInterval, at least 3×. Default 500ms:
-	// with raft's randomisation a leader loss is noticed within 0.5–1s,
-	// which keeps client-observed failover under a second (bench/failover.sh).
+	// election; a multiple of HeartbeatInterval (raft counts it in ticks), at
+	// least 3×. Default 500ms: with raft's randomisation a leader loss is
+	// noticed within 0.5–1s, which keeps client-observed failover under a
+	// second (bench/failover.sh).
 	ElectionTimeout time.Duration `yaml:"election-timeout"`
 	// SnapshotCount is how many applied entries pass between raft log
 	// compactions (etcd's --snapshot-count). Default 10000; at least 1.
@@ -140,8 +145,11 @@ func Default() Config {
 	}
 }
 
-// LoadFile overlays the YAML file at path onto c. Unknown keys are errors, so
-// a typo never silently falls back to a default.
+// LoadFile overlays the YAML file at path onto c; on error c is unchanged.
+// Unknown keys are errors, so a typo never silently falls back to a default.
+// A file with no document (empty, or comments only) sets nothing. A second
+// document (after "---") that sets anything is an error: the decoder would
+// otherwise read the first and never look at the rest, unknown keys and all.
 func (c *Config) LoadFile(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -150,8 +158,64 @@ func (c *Config) LoadFile(path string) error {
 	defer f.Close()
 	dec := yaml.NewDecoder(f)
 	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil {
+	loaded := *c
+	if err := dec.Decode(&loaded); errors.Is(err, io.EOF) {
+		return nil
+	} else if err != nil {
 		return fmt.Errorf("parse config file %s: %w", path, err)
+	}
+	for {
+		var next yaml.Node
+		err := dec.Decode(&next)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("parse config file %s: %w", path, err)
+		}
+		if !emptyDocument(&next) {
+			return fmt.Errorf("parse config file %s: more than one YAML document (another starts at line %d); put every key in the first",
+				path, next.Line)
+		}
+	}
+	*c = loaded
+	return nil
+}
+
+// emptyDocument: a document that sets nothing, like the one a trailing
+// "---" opens.
+func emptyDocument(doc *yaml.Node) bool {
+	if len(doc.Content) == 0 {
+		return true
+	}
+	n := doc.Content[0]
+	return len(doc.Content) == 1 && n.Kind == yaml.ScalarNode && n.Tag == "!!null"
+}
+
+// CheckName reports why name cannot be a member name, or nil. It is the one
+// rule for --name, the names in --initial-cluster and POST
+// /v1/cluster/members, because a name travels through places that each
+// reserve characters: --initial-cluster splits on ',' and '=', the member
+// path /v1/cluster/members/{name} on '/', and logs and `kvd cluster status`
+// on spaces and control characters; JSON would mangle invalid UTF-8. A name
+// one entry point accepted and another refused would make a member that
+// cannot be named, so cannot be removed.
+func CheckName(name string) error {
+	if name == "" {
+		return errors.New("must not be empty")
+	}
+	if !utf8.ValidString(name) {
+		return errors.New("must be valid UTF-8")
+	}
+	for _, r := range name {
+		switch {
+		case r == '/' || r == ',' || r == '=':
+			return fmt.Errorf("must not contain %q", r)
+		case unicode.IsSpace(r):
+			return errors.New("must not contain spaces")
+		case unicode.IsControl(r):
+			return fmt.Errorf("must not contain control characters (%U)", r)
+		}
 	}
 	return nil
 }
@@ -173,6 +237,9 @@ func (c *Config) Members() ([]Member, error) {
 		name, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
 		if !ok || name == "" || addr == "" {
 			return nil, fmt.Errorf("initial-cluster: %q is not name=host:port", part)
+		}
+		if err := CheckName(name); err != nil {
+			return nil, fmt.Errorf("initial-cluster: member name %q: %w", name, err)
 		}
 		addr = strings.TrimPrefix(strings.TrimPrefix(addr, "http://"), "https://")
 		if _, port, err := net.SplitHostPort(addr); err != nil {
@@ -200,8 +267,8 @@ func validPort(port string, listen bool) bool {
 func (c *Config) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if c.Name == "" || strings.ContainsAny(c.Name, ",= \t") {
-		add("name %q: must be non-empty without ',', '=' or spaces", c.Name)
+	if err := CheckName(c.Name); err != nil {
+		add("name %q: %w", c.Name, err)
 	}
 	if c.DataDir == "" {
 		add("data-dir: must not be empty")
@@ -234,6 +301,12 @@ func (c *Config) Validate() error {
 		add("heartbeat-interval %s: must be at least 1ms", c.HeartbeatInterval)
 	} else if c.ElectionTimeout < 3*c.HeartbeatInterval {
 		add("election-timeout %s: must be at least 3× heartbeat-interval (%s)", c.ElectionTimeout, c.HeartbeatInterval)
+	} else if rem := c.ElectionTimeout % c.HeartbeatInterval; rem != 0 {
+		// Raft counts the timeout in ticks: anything past the last whole
+		// tick would be dropped without a word.
+		lower := c.ElectionTimeout - rem
+		add("election-timeout %s: must be a multiple of heartbeat-interval (%s), such as %s or %s",
+			c.ElectionTimeout, c.HeartbeatInterval, lower, lower+c.HeartbeatInterval)
 	}
 	if c.CacheSize < 1<<20 {
 		add("cache-size %d: must be at least 1m", c.CacheSize)

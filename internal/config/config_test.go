@@ -84,3 +84,103 @@ func TestLoadFile(t *testing.T) {
 	c = Default()
 	require.Error(t, c.LoadFile(typo), "an unknown key must not silently fall back to a default")
 }
+
+// A file with nothing to apply leaves the defaults; a second document that
+// sets anything is refused rather than silently ignored, and leaves the
+// configuration as it was.
+func TestLoadFileDocuments(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		wantName   string // "" = the default is kept
+		err        string
+	}{
+		{name: "empty", body: ""},
+		{name: "blank lines", body: "\n\n"},
+		{name: "comments only", body: "# name: n1\n# max-item-size: 2m\n"},
+		{name: "document marker only", body: "---\n"},
+		{name: "leading marker", body: "---\nname: n1\n", wantName: "n1"},
+		{name: "trailing empty document", body: "name: n1\n---\n# nothing here\n", wantName: "n1"},
+		{name: "second document", body: "name: n1\n---\nmax-item-size: 2m\nno-such-key: 1\n", err: "more than one YAML document (another starts at line 2)"},
+		{name: "second document after end marker", body: "name: n1\n...\n---\nname: n2\n", err: "more than one YAML document"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "kvd.yaml")
+			require.NoError(t, os.WriteFile(p, []byte(tc.body), 0o600))
+			c := Default()
+			err := c.LoadFile(p)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				require.Equal(t, Default(), c, "a refused file changes nothing")
+				return
+			}
+			require.NoError(t, err)
+			want := Default()
+			if tc.wantName != "" {
+				want.Name = tc.wantName
+			}
+			require.Equal(t, want, c)
+		})
+	}
+}
+
+// Raft counts the election timeout in heartbeat ticks: a timeout between two
+// multiples is refused, not silently rounded down.
+func TestValidateElectionTimeoutIsWholeTicks(t *testing.T) {
+	for _, tc := range []struct {
+		heartbeat, election time.Duration
+		err                 string
+	}{
+		{50 * time.Millisecond, 500 * time.Millisecond, ""},
+		{150 * time.Millisecond, 450 * time.Millisecond, ""},
+		{150 * time.Millisecond, 500 * time.Millisecond, "election-timeout 500ms: must be a multiple of heartbeat-interval (150ms), such as 450ms or 600ms"},
+		{100 * time.Millisecond, 350 * time.Millisecond, "such as 300ms or 400ms"},
+		{100 * time.Millisecond, 250 * time.Millisecond, "at least 3× heartbeat-interval"},
+	} {
+		c := Default()
+		c.HeartbeatInterval, c.ElectionTimeout = tc.heartbeat, tc.election
+		err := c.Validate()
+		if tc.err == "" {
+			require.NoError(t, err, "%v/%v", tc.heartbeat, tc.election)
+			continue
+		}
+		require.ErrorContains(t, err, tc.err, "%v/%v", tc.heartbeat, tc.election)
+	}
+}
+
+func TestCheckName(t *testing.T) {
+	for _, name := range []string{"n1", "kvd-0.kvd.default.svc", "Ünïcode_名前", "a:b@c"} {
+		require.NoError(t, CheckName(name), name)
+	}
+	for name, want := range map[string]string{
+		"":         "empty",
+		"rack1/n1": `'/'`,
+		"a,b":      `','`,
+		"a=b":      `'='`,
+		"a b":      "spaces",
+		"a\tb":     "spaces",
+		"a\u00a0b": "spaces",
+		"a\x00b":   "control characters",
+		"a\x7fb":   "control characters",
+		"a\xffb":   "UTF-8",
+	} {
+		require.ErrorContains(t, CheckName(name), want, "%q", name)
+	}
+}
+
+// --name and every --initial-cluster member name follow CheckName, so no
+// member can get a name the HTTP API would refuse; the error names the key.
+func TestValidateMemberNames(t *testing.T) {
+	for _, tc := range []struct {
+		name, initialCluster, err string
+	}{
+		{"rack1/n1", "", `name "rack1/n1": must not contain '/'`},
+		{"n 1", "", `name "n 1": must not contain spaces`},
+		{"", "", `name "": must not be empty`},
+		{"n1", "n1=127.0.0.1:1,bad name/x=127.0.0.1:2", `initial-cluster: member name "bad name/x": must not contain`},
+		{"n1", "n1=127.0.0.1:1,n\x01=127.0.0.1:2", `initial-cluster: member name "n\x01": must not contain control characters`},
+	} {
+		c := Default()
+		c.Name, c.InitialCluster = tc.name, tc.initialCluster
+		require.ErrorContains(t, c.Validate(), tc.err, "name %q, initial-cluster %q", tc.name, tc.initialCluster)
+	}
+}

@@ -26,3 +26,17 @@ func TestConsoleNeverParsesDataAsHTML(t *testing.T) {
 	require.Contains(t, string(js), `"/v1/cluster/transfer-leader"`)
 	require.Contains(t, string(js), `"/v1/cluster/members/" + encodeURIComponent(m.name)`)
 }
+
+// The cluster endpoints take a POST only as application/json (a page on
+// another site cannot send that without a preflight): every console POST
+// has a body, and a body goes out declared as JSON.
+func TestConsolePostsJSON(t *testing.T) {
+	js, err := os.ReadFile("console/console.js")
+	require.NoError(t, err)
+	posts := regexp.MustCompile(`method: "POST"[^\n]*`).FindAllString(string(js), -1)
+	require.NotEmpty(t, posts)
+	for _, p := range posts {
+		require.Contains(t, p, "body: {", "a console POST without a body would go out without a Content-Type")
+	}
+	require.Regexp(t, regexp.MustCompile(`if \(a\.body !== undefined\) \{\s*init\.headers = \{ "Content-Type": "application/json" \};`), string(js))
+}

@@ -1,7 +1,9 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -178,4 +180,95 @@ func TestAddMemberChecksItsPort(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", addr, r.body)
 	}
 	require.Len(t, n.KV().Status().Learners, 0)
+}
+
+// A web page can send a POST to any address without asking first (no CORS
+// preflight) when its body is text/plain, a form or nothing. The cluster
+// endpoints take application/json only, which a browser must ask for, and
+// kvd never grants; and they refuse whatever a browser marks cross-site.
+func TestAdminRefusesWhatAWebPageCanSend(t *testing.T) {
+	n := startNode(t)
+	c := newClient(t, "http://"+n.HTTPAddr())
+	member := `{"name":"evil","peer_addr":"127.0.0.1:9"}`
+	crossSite := []string{"Origin", "http://evil.example", "Sec-Fetch-Site", "cross-site"}
+	for _, tc := range []struct {
+		name, method, path, body string
+		hdr                      []string
+		status                   int
+		code                     string
+	}{
+		{"text/plain from another site", "POST", "/v1/cluster/members", member,
+			append([]string{"Content-Type", "text/plain"}, crossSite...), 403, "cross_site"},
+		{"text/plain", "POST", "/v1/cluster/members", member, []string{"Content-Type", "text/plain;charset=UTF-8"}, 415, "unsupported_media_type"},
+		{"form", "POST", "/v1/cluster/members", "name=evil&peer_addr=127.0.0.1:9",
+			[]string{"Content-Type", "application/x-www-form-urlencoded"}, 415, "unsupported_media_type"},
+		{"multipart form", "POST", "/v1/cluster/transfer-leader", "--b--\r\n", []string{"Content-Type", "multipart/form-data; boundary=b"}, 415, "unsupported_media_type"},
+		{"no Content-Type, no body", "POST", "/v1/cluster/transfer-leader", "", nil, 415, "unsupported_media_type"},
+		{"no Content-Type", "POST", "/v1/cluster/transfer-leader", `{"to":""}`, nil, 415, "unsupported_media_type"},
+		{"malformed Content-Type", "POST", "/v1/cluster/transfer-leader", `{"to":""}`, []string{"Content-Type", "application/json; ="}, 415, "unsupported_media_type"},
+		{"JSON from another site", "POST", "/v1/cluster/transfer-leader", `{"to":""}`,
+			append([]string{"Content-Type", "application/json"}, crossSite...), 403, "cross_site"},
+		{"remove from another site", "DELETE", "/v1/cluster/members/n1?force=true", "", crossSite, 403, "cross_site"},
+		// Accepted, and judged: there is no such member.
+		{"JSON with a charset", "POST", "/v1/cluster/transfer-leader", `{"to":"nobody"}`,
+			[]string{"Content-Type", "application/json; charset=utf-8"}, 404, "not_found"},
+		{"JSON in capitals", "POST", "/v1/cluster/transfer-leader", `{"to":"nobody"}`, []string{"Content-Type", "Application/JSON"}, 404, "not_found"},
+		{"JSON from the console's own page", "POST", "/v1/cluster/transfer-leader", `{"to":"nobody"}`,
+			[]string{"Content-Type", "application/json", "Sec-Fetch-Site", "same-origin"}, 404, "not_found"},
+		{"remove from the console's own page", "DELETE", "/v1/cluster/members/nobody", "", []string{"Sec-Fetch-Site", "same-origin"}, 404, "not_found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := c.do(tc.method, tc.path, strings.NewReader(tc.body), tc.hdr...)
+			expectError(t, r, tc.status, tc.code)
+		})
+	}
+	st := n.KV().Status()
+	require.Empty(t, st.Learners, "no member was added")
+	require.Len(t, st.Voters, 1, "no member was removed")
+}
+
+// The key-value API has no write a page can send without a preflight: PUT
+// and DELETE always need one, kvd answers none (no Access-Control-Allow-*
+// header), and POST, which a form can send, is not a method of a key.
+func TestKVHasNoCrossSiteSimpleWrite(t *testing.T) {
+	n := startNode(t)
+	c := newClient(t, "http://"+n.HTTPAddr())
+	for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=b"} {
+		r := c.do(http.MethodPost, "/v1/kv/k", strings.NewReader("v"), "Content-Type", ct, "Origin", "http://evil.example", "Sec-Fetch-Site", "cross-site")
+		expectError(t, r, http.StatusMethodNotAllowed, "method_not_allowed")
+	}
+	for _, method := range []string{http.MethodPut, http.MethodDelete} {
+		r := c.do(http.MethodOptions, "/v1/kv/k", nil, "Origin", "http://evil.example", "Access-Control-Request-Method", method)
+		require.GreaterOrEqual(t, r.status, 400, "preflight for %s: %s", method, r.body)
+		for h := range r.header {
+			require.False(t, strings.HasPrefix(h, "Access-Control-"), "preflight for %s granted %s", method, h)
+		}
+	}
+	expectError(t, c.get("/v1/kv/k"), http.StatusNotFound, "not_found")
+}
+
+// A member name follows config.CheckName, the rule of --name and
+// --initial-cluster: no member can be added that could not be named again.
+func TestAddMemberChecksItsName(t *testing.T) {
+	n := startNode(t)
+	c := newClient(t, "http://"+n.HTTPAddr())
+	for _, name := range []string{"", "rack1/n9", "n,9", "n=9", "n 9", "n\t9", "n\u00a09", "n\x009", "n\x1b9"} {
+		body, err := json.Marshal(httpapi.MemberInfo{Name: name, PeerAddr: "127.0.0.1:9"})
+		require.NoError(t, err)
+		r := c.do(http.MethodPost, "/v1/cluster/members", bytes.NewReader(body), "Content-Type", "application/json")
+		msg := expectError(t, r, http.StatusBadRequest, "bad_request")
+		require.Contains(t, msg, "name", "%q", name)
+	}
+	require.Empty(t, n.KV().Status().Learners)
+}
+
+// DELETE looks up any name that unescapes, '/' included (%2F), so that a
+// member named before the name rule can still be removed; a raw '/' is a
+// wrong path.
+func TestRemoveMemberPath(t *testing.T) {
+	n := startNode(t)
+	c := newClient(t, "http://"+n.HTTPAddr())
+	expectError(t, c.do(http.MethodDelete, "/v1/cluster/members/rack1%2Fn9", nil), http.StatusNotFound, "not_found")
+	expectError(t, c.do(http.MethodDelete, "/v1/cluster/members/rack1/n9", nil), http.StatusBadRequest, "bad_request")
+	expectError(t, c.do(http.MethodDelete, "/v1/cluster/members/", nil), http.StatusBadRequest, "bad_request")
 }
