@@ -1,7 +1,7 @@
 // Package durable owns making directory creation crash-safe on a Pebble
 // vfs.FS: a directory that a power loss can take back would take a store's
 // contents with it, so both stores (raftlog and fsm) create their
-// directories through here.
+// directories through here, once per start, before they write anything.
 package durable
 
 import (
@@ -12,46 +12,48 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// MkdirAll creates dir and any missing parents, then fsyncs the parent
-// of every directory it created, so that the directory entries survive a
-// crash (Pebble syncs dir itself, not its parents).
+// MkdirAll creates dir and any missing parents, then fsyncs the parent of
+// dir and of each of its ancestors, up to the root (or, for a relative
+// path, the working directory), so that the whole path survives a crash.
+// Pebble syncs dir itself, not its parents.
+//
+// It syncs them even when every directory already exists: an earlier start
+// may have created them and been killed before its syncs, and the operator's
+// mkdir -p never syncs. Knowing which directories are new is therefore not
+// enough, and a directory fsync with nothing to write is cheap: a few per
+// start.
 func MkdirAll(fsys vfs.FS, dir string) error {
-	var created []string
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
 	for d := dir; ; {
-		if _, err := fsys.Stat(d); err == nil {
-			break
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		created = append(created, d)
 		parent := fsys.PathDir(d)
 		if parent == d {
-			break
+			return nil
+		}
+		// A parent kvd may not read (a 0711 home, say) is in practice one
+		// it may not write either, so not one it created a directory in:
+		// nothing of kvd's to make durable there, no reason to refuse to
+		// start.
+		if err := syncDir(fsys, parent); err != nil && !errors.Is(err, fs.ErrPermission) {
+			return err
 		}
 		d = parent
 	}
-	if len(created) == 0 {
-		return nil
+}
+
+// syncDir fsyncs the directory dir, making the entries in it durable.
+func syncDir(fsys vfs.FS, dir string) error {
+	f, err := fsys.OpenDir(dir)
+	if err != nil {
+		return fmt.Errorf("open directory %s to sync it: %w", dir, err)
 	}
-	if err := fsys.MkdirAll(dir, 0o755); err != nil {
-		return err
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	for _, d := range created {
-		parent := fsys.PathDir(d)
-		if parent == d {
-			continue
-		}
-		f, err := fsys.OpenDir(parent)
-		if err != nil {
-			return err
-		}
-		err = f.Sync()
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("sync %s: %w", parent, err)
-		}
+	if err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
 	}
 	return nil
 }

@@ -240,3 +240,22 @@ func TestCrashWhileRetiringSegmentsLeavesNoGap(t *testing.T) {
 		require.NoError(t, l.Close())
 	}
 }
+
+// A start killed after creating the data directories and before syncing
+// their parents leaves them unsynced: the next start must make them
+// durable, or a power loss later takes the directory, and the log, away.
+func TestLogSurvivesCrashAfterInterruptedDirectoryCreate(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	const dir = "/data/kvd/raft"
+	// The killed start (kill -9: the page cache keeps the directories).
+	require.NoError(t, fs.MkdirAll(dir, 0o755))
+	l, err := Open(dir, nil, Options{FS: fs})
+	require.NoError(t, err)
+	require.NoError(t, l.Save(hardState(1, 1, 0), entries(1, 5, 1)))
+	want := captureState(t, l)
+
+	l, err = Open(dir, nil, Options{FS: crash(t, fs, l)})
+	require.NoError(t, err)
+	defer l.Close()
+	requireSameState(t, want, captureState(t, l))
+}

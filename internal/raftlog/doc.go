@@ -55,10 +55,22 @@
 // acknowledged: the fsync that would have covered them did not return).
 // Stale records in a recycled file fail the chained checksum. Open then
 // seals the last segment there and starts a new one, so that bytes a crash
-// tore are never read again. Entries must run contiguously from the
-// compaction index + 1 with non-decreasing terms, segment numbers must be
-// consecutive, and the HardState's commit may not exceed the last index;
-// anything else is reported as an error wrapping ErrCorrupt, never a panic.
+// tore are never read again. A last segment that holds no entry and no
+// snapshot (its header records, perhaps HardStates) is instead replaced by
+// a new file under the same number, written aside and renamed over it,
+// whose header records carry the same state: restarts that write nothing
+// do not add a segment file each.
+//
+// A last segment whose header fails its checksum is what a crash in rotate
+// leaves (the header records are fsynced before anything else is written
+// to a segment), and is replaced, only if no valid record follows where the
+// header ends; otherwise the header was damaged after it was written, and
+// Open fails rather than drop what follows it. Damage further into the last
+// segment is not told from a torn tail: the log ends before it. Entries
+// must run contiguously from the compaction index + 1 with non-decreasing
+// terms, segment numbers must be consecutive, and the HardState's commit
+// may not exceed the last index; anything else is reported as an error
+// wrapping ErrCorrupt, never a panic.
 //
 // A log kept in Pebble by format version 1 is converted at Open
 // (convert.go).

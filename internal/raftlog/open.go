@@ -20,8 +20,10 @@ import (
 // contiguous from FirstIndex to LastIndex. A log that fails the check is not
 // opened: the error wraps ErrCorrupt. Writing then starts in a new segment,
 // after sealing the last one where its last whole record ends: whatever a
-// crash left half-written there is never read again. A nil logger discards
-// log output.
+// crash left half-written there is never read again. A last segment that
+// holds no entry or snapshot is instead replaced by a new file under its
+// number (replaceLast), so that restarts which write nothing do not add a
+// segment each. A nil logger discards log output.
 func Open(dir string, logger *slog.Logger, opts Options) (*Log, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("raftlog: open %s: invalid options: %w", dir, err)
@@ -89,7 +91,7 @@ func (l *Log) open() error {
 			l.spares = append(l.spares, seq)
 		} else if isPebbleFile(name) {
 			pebbleFiles = true
-		} else if name == prepTempName {
+		} else if name == prepTempName || name == replaceTempName {
 			if err := l.fs.Remove(l.fs.PathJoin(l.dir, name)); err != nil {
 				return fmt.Errorf("remove %s: %w", name, err)
 			}
@@ -125,16 +127,16 @@ func (l *Log) open() error {
 		hs:   new(pb.HardState),
 		comp: &pb.SnapshotMetadata{Index: new(uint64(0)), Term: new(uint64(0)), ConfState: new(pb.ConfState)},
 	}
-	reuseLast := false
+	var tail segmentEnd
 	for i, s := range l.segs {
 		last := i == len(l.segs)-1
-		end, crc, nrec, err := rp.segment(l, s, last)
+		end, err := rp.segment(l, s, last)
 		if err != nil {
 			return fmt.Errorf("segment %d: %w", s.seq, err)
 		}
 		if last {
-			l.off, l.crc = end, crc
-			reuseLast = nrec == 0
+			tail = end
+			l.off, l.crc = end.off, end.crc
 		}
 	}
 	if err := rp.finish(); err != nil {
@@ -148,19 +150,12 @@ func (l *Log) open() error {
 	switch {
 	case len(l.segs) == 0:
 		return l.startSegment(1)
-	case reuseLast:
-		// Created, but its header never reached the disk (a crash in
-		// rotate). It is replaced by a new file: one that held a torn
-		// write under this number must not be written under it again.
-		s := l.segs[len(l.segs)-1]
-		l.segs = l.segs[:len(l.segs)-1]
-		if err := s.f.Close(); err != nil {
-			return fmt.Errorf("segment %d: %w", s.seq, err)
-		}
-		if err := l.fs.Remove(l.fs.PathJoin(l.dir, segmentName(s.seq))); err != nil {
-			return fmt.Errorf("segment %d: %w", s.seq, err)
-		}
-		return l.startSegment(s.seq)
+	case tail.stateOnly:
+		// Either its header never reached the disk (a crash in rotate:
+		// segment() checked that nothing valid follows it), or it holds
+		// nothing that a new header does not repeat. Rotating would leave
+		// it behind, one more file at every restart.
+		return l.replaceLast()
 	default:
 		return l.rotate()
 	}
@@ -200,37 +195,89 @@ type replay struct {
 
 func (r *replay) empty() bool { return !r.sawHS && !r.sawComp && !r.sawEntry && !r.sawSn }
 
-// segment replays the records of s and returns where they end, the CRC of
-// the last one and how many there were. Every segment but the last must
-// end with a seal; the last may end anywhere (a crash), even before its
-// header.
-func (r *replay) segment(l *Log, s *segment, last bool) (end int64, crc uint32, n int, err error) {
+// segmentEnd is what replaying one segment found.
+type segmentEnd struct {
+	off int64  // where its records end, before its seal if it has one
+	crc uint32 // the CRC a record written at off is chained from
+	// stateOnly is set when it holds no entry and no snapshot: everything
+	// it adds to the log is a compaction point and a HardState, which the
+	// header records of a segment started after it repeat.
+	stateOnly bool
+}
+
+// segment replays the records of s. Every segment but the last must end
+// with a seal; the last may end anywhere (a crash), even before its header,
+// but not before a header that only damage can have spoiled
+// (checkHeaderlessTail).
+func (r *replay) segment(l *Log, s *segment, last bool) (segmentEnd, error) {
 	st, err := s.f.Stat()
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("stat: %w", err)
+		return segmentEnd{}, fmt.Errorf("stat: %w", err)
 	}
 	sr := newSegmentReader(s.f, s.seq, st.Size())
-	for {
+	end := segmentEnd{stateOnly: true}
+	for n := 0; ; n++ {
 		rec, err := sr.next()
 		if errors.Is(err, errEndOfRecords) {
 			if !last {
-				return 0, 0, 0, fmt.Errorf("%w: no valid record at offset %d, and the segment is not the last", ErrCorrupt, sr.off)
+				return segmentEnd{}, fmt.Errorf("%w: no valid record at offset %d, and the segment is not the last", ErrCorrupt, sr.off)
 			}
-			return sr.off, sr.crc, n, nil
+			if n == 0 {
+				if err := checkHeaderlessTail(s.f, s.seq, st.Size()); err != nil {
+					return segmentEnd{}, err
+				}
+			}
+			end.off, end.crc = sr.off, sr.crc
+			return end, nil
 		}
 		if err != nil {
-			return 0, 0, 0, err
+			return segmentEnd{}, err
 		}
 		if (n == 0) != (rec.typ == recHeader) {
-			return 0, 0, 0, fmt.Errorf("%w: record of type %d at offset %d", ErrCorrupt, rec.typ, rec.off)
+			return segmentEnd{}, fmt.Errorf("%w: record of type %d at offset %d", ErrCorrupt, rec.typ, rec.off)
 		}
-		n++
 		if err := r.record(s, rec); err != nil {
-			return 0, 0, 0, fmt.Errorf("record at offset %d: %w", rec.off, err)
+			return segmentEnd{}, fmt.Errorf("record at offset %d: %w", rec.off, err)
 		}
-		if rec.typ == recSeal {
-			return rec.off, rec.prev, n, nil
+		switch rec.typ {
+		case recEntry, recSnapshot:
+			end.stateOnly = false
+		case recSeal:
+			end.off, end.crc = rec.off, rec.prev
+			return end, nil
 		}
+	}
+}
+
+// checkHeaderlessTail tells a last segment whose header fails its checksum
+// from what a crash in rotate leaves (a new file, or a spare renamed, whose
+// header write never reached the disk). startSegment fsyncs the header
+// records before anything else is written into the segment, so a record
+// that checks out after the header is one a crash cannot explain: the
+// header was damaged after it was written, and the records after it may
+// hold acknowledged entries and HardStates. The error then wraps
+// ErrCorrupt; nil means nothing valid follows and the segment may be
+// replaced. (The compaction point and HardState that follow the header are
+// in the same write, but start in the header's sector, which a crash
+// persists whole or not at all.)
+//
+// The header's bytes are not trusted: it can only be the header of this
+// format for this number, so its CRC is computed, not read. Chaining from
+// the CRC stored in the file instead would accept what a recycled spare
+// still holds (records chained from its old header, under its old number),
+// and a zeroed or prefilled remainder never has a valid record type.
+func checkHeaderlessTail(f vfs.File, seq uint64, size int64) error {
+	hdr, crc := appendRecord(nil, segmentSeed(seq), recHeader, headerPayload(seq))
+	sr := newSegmentReaderAt(f, int64(len(hdr)), crc, size, 4<<10)
+	rec, err := sr.next()
+	switch {
+	case errors.Is(err, errEndOfRecords):
+		return nil
+	case err != nil:
+		return err
+	default:
+		return fmt.Errorf("%w: the header fails its checksum, yet a valid record of type %d follows it at offset %d",
+			ErrCorrupt, rec.typ, rec.off)
 	}
 }
 

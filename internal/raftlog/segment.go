@@ -167,10 +167,17 @@ type segmentReader struct {
 }
 
 func newSegmentReader(f vfs.File, seq uint64, size int64) *segmentReader {
+	return newSegmentReaderAt(f, 0, segmentSeed(seq), size, 256<<10)
+}
+
+// newSegmentReaderAt reads the records of a segment of size bytes from off
+// on, the first chained from crc, through a buffer of bufSize bytes.
+func newSegmentReaderAt(f vfs.File, off int64, crc uint32, size int64, bufSize int) *segmentReader {
 	return &segmentReader{
-		r:    bufio.NewReaderSize(io.NewSectionReader(f, 0, size), 256<<10),
+		r:    bufio.NewReaderSize(io.NewSectionReader(f, off, max(size-off, 0)), bufSize),
 		size: size,
-		crc:  segmentSeed(seq),
+		off:  off,
+		crc:  crc,
 	}
 }
 

@@ -6,7 +6,8 @@ import "time"
 type Stats struct {
 	// SyncCount is the number of fsyncs of a segment: every Save with
 	// entries or a new term or vote, every Compact, ApplySnapshot and
-	// Bootstrap, and two each time the log moves on to a new segment.
+	// Bootstrap, two each time the log moves on to a new segment, and one
+	// when Open replaces a last segment that holds no entries.
 	SyncCount uint64
 	// SyncDuration is the total time spent in those fsyncs.
 	SyncDuration time.Duration

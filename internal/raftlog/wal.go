@@ -148,12 +148,7 @@ func (l *Log) startSegment(seq uint64) error {
 		f, err = l.fs.OpenReadWrite(name, vfs.WriteCategoryUnspecified)
 	} else {
 		l.fresh = true
-		f, err = l.fs.Create(name, vfs.WriteCategoryUnspecified)
-		if err == nil {
-			// Reserved now, so that the writes to come stay within the
-			// file's length; a spare is already that long.
-			err = f.Preallocate(0, l.segmentBytes)
-		}
+		f, err = l.createFile(name)
 	}
 	if err != nil {
 		return errors.Join(fmt.Errorf("create segment %d: %w", seq, err), closeIfOpen(f))
@@ -161,6 +156,25 @@ func (l *Log) startSegment(seq uint64) error {
 	if err := l.syncDir(); err != nil {
 		return errors.Join(err, f.Close())
 	}
+	return l.writeHeader(seq, f)
+}
+
+// createFile creates name, preallocated so that the writes to come stay
+// within the file's length (a spare is already that long).
+func (l *Log) createFile(name string) (vfs.File, error) {
+	f, err := l.fs.Create(name, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Preallocate(0, l.segmentBytes); err != nil {
+		return nil, errors.Join(fmt.Errorf("preallocate: %w", err), f.Close())
+	}
+	return f, nil
+}
+
+// writeHeader makes f the file of segment seq, the one written, and writes
+// its header records, fsynced. l.mu held.
+func (l *Log) writeHeader(seq uint64, f vfs.File) error {
 	seg := &segment{seq: seq, f: f}
 	l.segs = append(l.segs, seg)
 	l.off, l.crc, l.headerEnd = 0, segmentSeed(seq), 0
@@ -173,6 +187,51 @@ func (l *Log) startSegment(seq uint64) error {
 		return fmt.Errorf("start segment %d: %w", seq, err)
 	}
 	l.headerEnd = l.off
+	return nil
+}
+
+// replaceTempName is the file replaceLast writes a segment's replacement
+// in; Open removes a leftover one.
+const replaceTempName = "segment-replace.tmp"
+
+// replaceLast replaces the last segment, which holds no entry and no
+// snapshot (Open checked), by a new file under the same number holding
+// only header records: they repeat the compaction point and HardState
+// replayed, which is all the old file added to the log. Open does this
+// instead of rotating so that restarts which write nothing (a crash loop,
+// rolling restarts of an idle cluster) do not add a segment file, and the
+// disk it reserves, each time. l.mu held.
+//
+// The guarantee of rotating is kept: whatever a crash tore after the old
+// file's last whole record goes with the file and is never read again. The
+// new file is created, not a spare: it holds nothing chained under this
+// number. It is written and fsynced under a temporary name and then renamed
+// over the old one, so that at every instant of a crash one of the two
+// files, each holding the same state, is the segment: the old file may be
+// the only one left holding the compaction point and HardState (rotate
+// recycles the segments before it).
+func (l *Log) replaceLast() error {
+	old := l.segs[len(l.segs)-1]
+	l.segs = l.segs[:len(l.segs)-1]
+	if err := old.f.Close(); err != nil {
+		return fmt.Errorf("replace segment %d: close: %w", old.seq, err)
+	}
+	tmp := l.fs.PathJoin(l.dir, replaceTempName)
+	f, err := l.createFile(tmp)
+	if err != nil {
+		return fmt.Errorf("replace segment %d: create %s: %w", old.seq, tmp, err)
+	}
+	l.fresh = true
+	// From here f is in l.segs: closed with them on error.
+	if err := l.writeHeader(old.seq, f); err != nil {
+		return fmt.Errorf("replace segment %d: %w", old.seq, err)
+	}
+	if err := l.fs.Rename(tmp, l.fs.PathJoin(l.dir, segmentName(old.seq))); err != nil {
+		return fmt.Errorf("replace segment %d: %w", old.seq, err)
+	}
+	if err := l.syncDir(); err != nil {
+		return fmt.Errorf("replace segment %d: %w", old.seq, err)
+	}
 	return nil
 }
 

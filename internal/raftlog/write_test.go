@@ -331,3 +331,43 @@ func TestOptions(t *testing.T) {
 	d := DefaultOptions()
 	require.Equal(t, d, Options{}.withDefaults())
 }
+
+// A follower with a long divergent tail receives a snapshot below it, in
+// small segments, compacts as its tail is overwritten by later terms, and
+// is reopened: every reopen answers the same.
+func TestDivergentTailThenSnapshotAcrossSegments(t *testing.T) {
+	opts := Options{SegmentBytes: 700, SpareSegments: 1, TailCacheEntries: 3}
+	l, dir := openTest(t, opts)
+	require.NoError(t, l.Bootstrap(confState(1)))
+	for i := uint64(1); i <= 200; i += 5 {
+		require.NoError(t, l.Save(hardState(1, 1, min(i-1, 50)), entries(i, i+4, 1)))
+	}
+	require.NoError(t, l.Compact(40, nil))
+	require.NoError(t, l.ApplySnapshot(snapMeta(150, 2, confState(1, 2))))
+	require.NoError(t, l.Save(hardState(2, 2, 150), nil))
+	// Conflicts: every 50 entries a new term overwrites the last 3, crossing segments.
+	term, next, commit := uint64(2), uint64(151), uint64(150)
+	for next <= 400 {
+		require.NoError(t, l.Save(hardState(term, 2, commit), entries(next, next+4, term)))
+		next += 5
+		if next%50 == 1 {
+			term++
+			next -= 3
+			require.NoError(t, l.Save(hardState(term, 2, commit), entries(next, next+1, term)))
+			next += 2
+		}
+		commit = next - 6
+		require.NoError(t, l.Save(hardState(term, 2, commit), nil))
+		if commit%20 == 0 {
+			require.NoError(t, l.Compact(commit-5, nil))
+		}
+	}
+	want := captureState(t, l)
+	require.Greater(t, want.first, uint64(150), "the log compacted past the snapshot")
+	require.Greater(t, want.hs.GetTerm(), uint64(2), "later terms overwrote the tail")
+	for range 4 {
+		require.NoError(t, l.Close())
+		l = reopenTest(t, dir, opts)
+		requireSameState(t, want, captureState(t, l))
+	}
+}
