@@ -165,6 +165,11 @@ func launch(t testing.TB, dataDir, name string, extra ...string) (*Proc, error) 
 		if strings.Contains(p.Log.String(), "WARNING: DATA RACE") {
 			t.Errorf("kvd %s hit a data race:\n%s", name, p.Log.String())
 		}
+		if t.Failed() {
+			// What a failure most often needs explained: an election, a
+			// warning, an error.
+			t.Logf("kvd %s, leader changes, warnings and errors:\n%s", name, notable(p.Log.String(), 40))
+		}
 	})
 	select {
 	case a := <-addrs:
@@ -364,4 +369,19 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// notable returns the last max lines of a kvd log that report a leader
+// change, a warning or an error.
+func notable(log string, max int) string {
+	var keep []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "leader changed") || strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+			keep = append(keep, l)
+		}
+	}
+	if len(keep) > max {
+		keep = keep[len(keep)-max:]
+	}
+	return strings.Join(keep, "\n")
 }
