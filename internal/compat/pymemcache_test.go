@@ -57,11 +57,20 @@ var pytestPassed = regexp.MustCompile(`(\d+) passed`)
 // they cover (Client, PooledClient, HashClient), against the server at addr.
 // The TLS test is left out: it needs a TLS listener, which kvd does not have
 // yet (its memcache port is plain TCP, as memcached's is by default).
+//
+// test_misc is left out too. It sends flush_all with noreply and drops its
+// connection, and the next test writes on a new connection at once: nothing
+// orders the two (no reply was awaited), and when the flush lands second it
+// wipes the next test's item. memcached's single accepting thread happens
+// to win that race; kvd serves connections in parallel and lost it in a
+// few runs in a hundred under load (README, "Unlike memcached"). Every
+// other test orders its own writes by waiting for replies or by using one
+// connection.
 func runPymemcacheSuite(t *testing.T, dir, addr string) {
 	t.Helper()
 	host, port, _ := strings.Cut(addr, ":")
 	cmd := exec.Command(debianPython, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE",
-		filepath.Join(dir, "test_integration.py"), "-m", "integration", "-k", "not tls",
+		filepath.Join(dir, "test_integration.py"), "-m", "integration", "-k", "not tls and not test_misc",
 		"-o", "markers=integration: needs a server", // declared, so that pytest does not warn of an unknown mark
 		"--server", host, "--port", port)
 	// pytest reads its configuration from the directory it runs in; a
@@ -74,6 +83,6 @@ func runPymemcacheSuite(t *testing.T, dir, addr string) {
 	m := pytestPassed.FindSubmatch(out)
 	require.NotNil(t, m, "pytest printed no pass count: the suite must run, not skip")
 	n, _ := strconv.Atoi(string(m[1]))
-	// 46 in pymemcache 3.5.2: 15 tests, most of them once per client class.
+	// 43 in pymemcache 3.5.2: 14 tests, most of them once per client class.
 	require.GreaterOrEqual(t, n, 40, "too few of pymemcache's tests ran")
 }

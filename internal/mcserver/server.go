@@ -23,6 +23,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -146,6 +147,13 @@ func (s *Server) Serve(ln net.Listener) error {
 			delete(s.conns, c)
 			s.mu.Unlock()
 		}()
+		// Let the new connection read before the next one is accepted. A
+		// new goroutine takes the scheduler's next slot, so without this
+		// a connection accepted right after it (already queued in the
+		// backlog) displaced it and was served first: a client that sent
+		// a noreply write, closed, reconnected and wrote again saw its
+		// second write applied before the first, two times in three.
+		runtime.Gosched()
 	}
 }
 
