@@ -92,17 +92,12 @@ func TestOpenRefusesDamagedHeaderOfLastSegment(t *testing.T) {
 		}},
 		{name: "only header records, the segments before it recycled", write: func(t *testing.T, fs vfs.FS) *Log {
 			opts := Options{FS: fs, SegmentBytes: 1024}
-			l, err := Open(memDir, nil, opts)
-			require.NoError(t, err)
-			for i := uint64(1); i <= 100; i += 4 {
-				require.NoError(t, l.Save(hardState(3, 1, i+3), entries(i, i+3, 3)))
-			}
-			require.NoError(t, l.Compact(100, confState(1, 2)))
+			l := compactedManySegments(t, opts)
 			require.NoError(t, l.Close())
 			// Open rotates past the entries and recycles every segment
 			// before: the compaction point and the HardState are now only
 			// in the last segment's header records.
-			l, err = Open(memDir, nil, opts)
+			l, err := Open(memDir, nil, opts)
 			require.NoError(t, err)
 			require.Len(t, l.segs, 1)
 			return l
@@ -298,15 +293,10 @@ func (r *renameHookFS) Rename(oldname, newname string) error {
 func TestCrashWhileReplacingLastSegment(t *testing.T) {
 	fs := &renameHookFS{MemFS: vfs.NewCrashableMem()}
 	opts := Options{FS: fs, SegmentBytes: 1024}
-	l, err := Open(memDir, nil, opts)
-	require.NoError(t, err)
-	for i := uint64(1); i <= 100; i += 4 {
-		require.NoError(t, l.Save(hardState(3, 1, i+3), entries(i, i+3, 3)))
-	}
-	require.NoError(t, l.Compact(100, confState(1, 2)))
+	l := compactedManySegments(t, opts)
 	want := captureState(t, l)
 	require.NoError(t, l.Close())
-	l, err = Open(memDir, nil, opts) // rotates, recycles every other segment
+	l, err := Open(memDir, nil, opts) // rotates, recycles every other segment
 	require.NoError(t, err)
 	require.Len(t, l.segs, 1)
 	require.NoError(t, l.Close())
@@ -336,4 +326,18 @@ func TestCrashWhileReplacingLastSegment(t *testing.T) {
 	require.Equal(t, 2, checked, "the last segment was not replaced")
 	requireSameState(t, want, captureState(t, l))
 	require.NoError(t, l.Close())
+}
+
+// compactedManySegments opens a log at memDir, writes entries 1-100 across
+// many small segments and compacts them all away: reopened, the log keeps
+// its compaction point and HardState only in its last segment's header.
+func compactedManySegments(t *testing.T, opts Options) *Log {
+	t.Helper()
+	l, err := Open(memDir, nil, opts)
+	require.NoError(t, err)
+	for i := uint64(1); i <= 100; i += 4 {
+		require.NoError(t, l.Save(hardState(3, 1, i+3), entries(i, i+3, 3)))
+	}
+	require.NoError(t, l.Compact(100, confState(1, 2)))
+	return l
 }
