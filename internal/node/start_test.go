@@ -34,11 +34,12 @@ func TestStartFailsCleanlyWhenAPortIsTaken(t *testing.T) {
 	defer func() {
 		for _, fn := range background {
 			// They stop on their context's cancel; give them a moment
-			// to return, bounded.
-			for i := 0; i < 500 && goroutinesIn(fn) != before[fn]; i++ {
+			// to return, bounded. At most as many as before: an earlier
+			// test's node may still have been stopping its own.
+			for i := 0; i < 500 && goroutinesIn(fn) > before[fn]; i++ {
 				time.Sleep(10 * time.Millisecond)
 			}
-			require.Equal(t, before[fn], goroutinesIn(fn), "goroutines in %s after the failed starts", fn)
+			require.LessOrEqual(t, goroutinesIn(fn), before[fn], "goroutines in %s after the failed starts", fn)
 		}
 	}()
 	for _, tc := range []struct{ name, memcache, http, want string }{
