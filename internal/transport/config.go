@@ -78,7 +78,8 @@ type Config struct {
 	// can be renamed into place: kvd uses its data dir.
 	SnapshotDir string
 	// SnapshotTimeout bounds one snapshot transfer, checkpoint to verdict
-	// (default 30m); each read or write within it may stall at most 30s.
+	// (default 30m); each read or write within it may stall at most 30s,
+	// except the sender's wait for the receiver's verdict (at most 2m).
 	SnapshotTimeout time.Duration
 }
 

@@ -105,10 +105,12 @@
 // directory (IncomingSnapshotDir resolves it) and Steps it; then it answers
 // one byte, 0 accepted or 1 refused. ReportSnapshot(id, failed) follows that
 // verdict, or any failure before it, and is never sent for a MsgSnap that
-// is still streaming. A transfer may stall at most 30s per read or write and
-// take Config.SnapshotTimeout overall. The checkpoint is deleted after each
-// attempt; a received directory is consumed (renamed) by the install, and
-// one raft declined is deleted by a receive ten minutes later or by NewTCP.
+// is still streaming. A transfer may stall at most 30s per read or write
+// (the sender waits up to 2m for the verdict, which follows the receiver's
+// fsyncs) and take Config.SnapshotTimeout overall. The checkpoint is
+// deleted after each attempt; a received directory is consumed (renamed) by
+// the install, and one raft declined is deleted by a receive ten minutes
+// later or by NewTCP.
 //
 // Without Config.Snapshots, MsgSnap travels like any other message and
 // ReportSnapshot follows its write (tests of the transport alone).

@@ -50,7 +50,6 @@ func (t *TCP) serveInbound(conn net.Conn) {
 		old.Close() // the peer reconnected; its old reader exits
 	}
 	t.inbound[from] = conn
-	counters := t.counters[from] // nil for a sender we do not send to
 	t.mu.Unlock()
 	defer func() {
 		t.mu.Lock()
@@ -61,7 +60,7 @@ func (t *TCP) serveInbound(conn net.Conn) {
 	}()
 	log.Debug("accepted peer connection")
 
-	err = t.readFrames(conn, from, counters, log)
+	err = t.readFrames(conn, from, log)
 	switch {
 	case t.ctx.Err() != nil, errors.Is(err, net.ErrClosed):
 	case errors.Is(err, errProtocol):
@@ -100,10 +99,13 @@ func (t *TCP) acceptHandshake(conn net.Conn) (hello, error) {
 
 // readFrames steps every message of every frame, in order, until an error.
 // A message not addressed from the handshake's sender to this node is a
-// protocol violation.
-func (t *TCP) readFrames(conn net.Conn, from uint64, c *peerCounters, log *slog.Logger) error {
+// protocol violation. Received messages count toward the sender's current
+// peer counters, looked up per frame: the sender may become a peer (AddPeer)
+// or stop being one while its connection lives.
+func (t *TCP) readFrames(conn net.Conn, from uint64, log *slog.Logger) error {
 	br := bufio.NewReaderSize(conn, readBufferSize)
 	var buf []byte
+	var c *peerCounters // nil for a sender we do not send to
 	step := func(m *pb.Message) error {
 		if m.GetFrom() != from || m.GetTo() != t.cfg.LocalID {
 			return fmt.Errorf("%w: %s from %d to %d on the connection of %d to %d",
@@ -132,6 +134,9 @@ func (t *TCP) readFrames(conn net.Conn, from uint64, c *peerCounters, log *slog.
 		if err != nil {
 			return err
 		}
+		t.mu.RLock()
+		c = t.counters[from]
+		t.mu.RUnlock()
 		if err := decodeFrame(body, step); err != nil {
 			return err
 		}

@@ -217,27 +217,49 @@ func (e *frameEncoder) bytes() []byte {
 	return e.buf
 }
 
+// frameReadChunk is the first step by which readFrame grows a body buffer
+// too small for a frame; each further step doubles what has arrived.
+const frameReadChunk = 64 << 10
+
 // readFrame reads one frame body into *buf (grown as needed, reused
 // otherwise) and returns it. The declared length is checked before any
-// allocation: 0 and anything over MaxFrameSize are protocol errors.
+// allocation: 0 and anything over MaxFrameSize are protocol errors. A buffer
+// too small for the body grows with the bytes that actually arrive, never by
+// the declared length alone, so a peer that announces 64 MiB and sends a
+// few bytes costs memory in proportion to what it sent, not to what it
+// announced.
 func readFrame(r io.Reader, buf *[]byte) ([]byte, error) {
 	var hdr [frameHdrSize]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, err
 	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if n == 0 || n > MaxFrameSize {
-		return nil, fmt.Errorf("%w: frame length %d outside 1..%d", errProtocol, n, MaxFrameSize)
+	declared := binary.BigEndian.Uint32(hdr[:])
+	if declared == 0 || declared > MaxFrameSize {
+		return nil, fmt.Errorf("%w: frame length %d outside 1..%d", errProtocol, declared, MaxFrameSize)
 	}
-	if cap(*buf) < int(n) {
-		*buf = make([]byte, n)
-	}
-	body := (*buf)[:n]
-	if _, err := io.ReadFull(r, body); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
+	n := int(declared)
+	body := (*buf)[:0]
+	for len(body) < n {
+		next := n
+		if cap(body) < n {
+			next = min(n, max(2*len(body), frameReadChunk))
+			if cap(body) < next {
+				// Exactly next: a buffer that reaches a whole frame
+				// stays within retainBytes and is reused.
+				grown := make([]byte, len(body), next)
+				copy(grown, body)
+				body = grown
+				*buf = body
+			}
 		}
-		return nil, err
+		k, err := io.ReadFull(r, body[len(body):next])
+		body = body[:len(body)+k]
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
 	}
 	return body, nil
 }
