@@ -10,8 +10,9 @@ import (
 // values below 2^histSubBits are counted exactly, larger values fall into
 // buckets that split every power of two into 2^histSubBits equal parts, so
 // any recorded value is known to within 1/128 (< 0.8 %) of itself. Values are
-// nanoseconds; anything above histMaxValue is clamped to it (min, max and sum
-// stay exact).
+// nanoseconds; anything above histMaxValue is counted in the last bucket
+// (min, max and sum stay exact), whose percentiles answer the exact maximum
+// so that they never understate a latency.
 //
 // A Histogram is not safe for concurrent use: each worker records into its
 // own and the runner merges them after the workers stop.
@@ -130,17 +131,31 @@ func (h *Histogram) Percentile(q float64) time.Duration {
 	if q >= 100 {
 		return time.Duration(h.max)
 	}
-	rank := uint64(math.Ceil(q / 100 * float64(h.total)))
-	if rank < 1 {
-		rank = 1
-	}
+	rank := percentileRank(q, h.total)
 	var seen uint64
 	for i, c := range h.counts {
 		seen += c
 		if seen >= rank {
+			if i == len(h.counts)-1 {
+				// The last bucket holds every value clamped to
+				// histMaxValue: its upper bound is the exact maximum.
+				return time.Duration(h.max)
+			}
 			_, hi := histBounds(i)
 			return time.Duration(min(max(hi, h.min), h.max))
 		}
 	}
 	return time.Duration(h.max)
+}
+
+// percentileRank is ceil(q/100 × n), at least 1. q×n is computed first and
+// a rounding error of the product is not allowed to push an exact integer
+// over to the next rank: q/100 first makes 99.9/100 × 1000 come out as
+// 999.0000000000001, whose ceiling (1000) would answer the maximum for p99.9.
+func percentileRank(q float64, n uint64) uint64 {
+	rank := math.Ceil(q*float64(n)/100 - 1e-6)
+	if !(rank >= 1) { // NaN too
+		return 1
+	}
+	return min(uint64(rank), n)
 }

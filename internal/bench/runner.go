@@ -276,7 +276,9 @@ func (r *runner) fold(spec *phaseSpec, workers []*worker, start, finished time.T
 	if r.cfg.Timeline {
 		res.Timeline = timeline
 	}
-	if r.cfg.Failover && spec.name != "preload" {
+	// A phase that writes nothing (import's read phase) has no failover
+	// window: its whole length would read as one that never recovered.
+	if r.cfg.Failover && spec.name != "preload" && res.SetTries > 0 {
 		if f, ok := longestGap(start, gaps); ok {
 			res.Failover = &f
 		}
@@ -360,8 +362,14 @@ func (w *worker) loop(ctx context.Context) {
 		if n == 0 {
 			return // finite stream exhausted
 		}
-		if w.issued.Add(int64(n)) > w.spec.maxOps {
-			return
+		// Take only what is left of --max-ops: refusing the whole batch
+		// would end the case short of it (with none done when the
+		// pipeline is deeper than --max-ops).
+		if over := w.issued.Add(int64(n)) - w.spec.maxOps; over > 0 {
+			if over >= int64(n) {
+				return
+			}
+			n -= int(over)
 		}
 		sent := time.Now()
 		if interval > 0 {
@@ -392,6 +400,11 @@ func (w *worker) loop(ctx context.Context) {
 				continue
 			}
 			w.conn = c
+			if interval == 0 {
+				// Latency runs from writing the batch, not from the
+				// reconnect before it (see bench/METHOD.md).
+				sent = time.Now()
+			}
 		}
 		err := w.conn.Do(ctx, ops[:n], res[:n])
 		if ctx.Err() != nil {

@@ -93,6 +93,9 @@ func WriteText(out io.Writer, rep *Report) error {
 	if s.Failover {
 		for _, c := range rep.Cases {
 			for _, r := range c.Runs {
+				if r.SetTries == 0 {
+					continue // no writes (import read): no failover to measure
+				}
 				writeFailover(&b, c, r)
 			}
 		}

@@ -214,9 +214,15 @@ func (o *benchOptions) config(cmd *cobra.Command) (bench.Config, error) {
 		return cfg, errors.Join(append(errs, err)...)
 	}
 	changed := cmd.Flags().Changed
+	// onlyFor checks that the preset uses flag; the error suggests --workload
+	// custom, which takes every shaping flag but --records (import only).
 	onlyFor := func(flag string, ok bool, what string) bool {
 		if changed(flag) && !ok {
-			errs = append(errs, fmt.Errorf("--%s: workload %s does not use it (%s; try --workload custom)", flag, w.Name, what))
+			try := "custom"
+			if flag == "records" {
+				try = "import"
+			}
+			errs = append(errs, fmt.Errorf("--%s: workload %s does not use it (%s; try --workload %s)", flag, w.Name, what, try))
 			return false
 		}
 		return changed(flag)
