@@ -5,8 +5,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"time"
 )
+
+// maxReplyBuffers bounds what one case's in-flight gets may hold in reply
+// buffers (connections × pipeline × the largest value): 4096 connections of
+// 1 MiB values fit, 4096 × 256 of them (1 TiB) do not.
+const maxReplyBuffers = 8 << 30
 
 // Config is one `kvd bench` invocation. Each field mirrors the flag named
 // in its comment; Validate names the flag of every problem.
@@ -42,7 +48,9 @@ type Config struct {
 	MaxOps int64
 	// LoadTimeout bounds the preload of the key space. --load-timeout
 	LoadTimeout time.Duration
-	// Seed makes key and size choices reproducible. --seed
+	// Seed makes key and size choices reproducible, the keys' run prefix
+	// included: two runs with one seed against one server write the same
+	// keys. --seed
 	Seed uint64
 	// Progress receives a live progress line (nil: none). The CLI passes
 	// the terminal, never a file or pipe.
@@ -106,6 +114,15 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Workload.Validate(c.Target != "etcd", c.Verify); err != nil {
 		errs = append(errs, err)
+	} else if len(c.Concurrency) > 0 {
+		// Every in-flight get keeps a buffer as large as its value: refuse
+		// a sweep whose largest case could not hold them, rather than be
+		// killed for memory in the middle of it.
+		need := int64(slices.Max(c.Concurrency)) * int64(c.Workload.Pipeline) * int64(c.Workload.ValueSize.Max())
+		if need > maxReplyBuffers {
+			bad("--concurrency %d × --pipeline %d × values up to %d bytes would hold up to %d MiB of reply buffers (at most %d MiB)",
+				slices.Max(c.Concurrency), c.Workload.Pipeline, c.Workload.ValueSize.Max(), need>>20, maxReplyBuffers>>20)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -78,7 +78,7 @@ type generator struct {
 // genParams identifies a generator's place in a run.
 type genParams struct {
 	kind    genKind
-	runID   string // 4-character id of this invocation: keys never collide across runs
+	runID   string // 4-character id from the seed: runs with different seeds write different keys, a repeated --seed repeats them
 	caseTag string // distinguishes per-case keys (unique, bulk, import)
 	worker  int
 	workers int

@@ -270,3 +270,36 @@ func TestMemcacheRepliesByteByByte(t *testing.T) {
 		})
 	}
 }
+
+func TestConfigRefusesReplyBuffersBeyondTheBound(t *testing.T) {
+	base := func(conc, pipeline, value int) Config {
+		w, err := Preset("membrain")
+		require.NoError(t, err)
+		w.Pipeline = pipeline
+		w.ValueSize = SizeDist{{Min: value, Max: value, Weight: 1}}
+		return Config{Target: "memcache", Servers: []string{"127.0.0.1:1"}, Workload: w,
+			Concurrency: []int{1, conc}, Duration: time.Second, Repeat: 1, Timeout: time.Second,
+			MaxOps: 1, LoadTimeout: time.Second}
+	}
+	tests := []struct {
+		name                  string
+		conc, pipeline, value int
+		wantErr               bool
+	}{
+		{"4096 connections of 1 MiB values", 4096, 1, 1 << 20, false},
+		{"8 GiB exactly", 4096, 2, 1 << 20, false},
+		{"1 TiB", 4096, 256, 1 << 20, true},
+		{"deep pipeline of small values", 4096, 256, 512, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := base(tt.conc, tt.pipeline, tt.value)
+			err := cfg.Validate()
+			if tt.wantErr {
+				require.ErrorContains(t, err, "reply buffers")
+			} else {
+				require.NoError(t, err)
+			}
+		})
+	}
+}

@@ -93,7 +93,7 @@ are counted and reported; the exit status is non-zero for them only with
 	f.DurationVar(&o.timeout, "timeout", 5*time.Second, "limit of every connection attempt and every request")
 	f.Int64Var(&o.maxOps, "max-ops", 100_000_000, "limit of operations per case")
 	f.DurationVar(&o.loadTimeout, "load-timeout", 2*time.Minute, "limit of the preload of the key space")
-	f.Uint64Var(&o.seed, "seed", 0, "seed of key and size choices (0: random)")
+	f.Uint64Var(&o.seed, "seed", 0, "seed of key and size choices, keys' run prefix included (0: random)")
 	f.StringVar(&o.progress, "progress", "auto", "live progress line on stderr: auto (only on a terminal), always or never")
 
 	f.IntVar(&o.keySize, "key-size", 0, "key length in bytes (16..250 for memcached)")
