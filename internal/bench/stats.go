@@ -3,7 +3,10 @@ package bench
 import (
 	"math"
 	"sort"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Counts is what happened to the operations of one run. Every attempted
@@ -87,9 +90,21 @@ func (c *Counts) recordError(kind OpKind, e *OpError) {
 	}
 }
 
+// truncate makes a server's message safe to print and bounded: control
+// characters (a terminal's escape sequences) and invalid UTF-8 become "?",
+// and the cut falls between characters.
 func truncate(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }

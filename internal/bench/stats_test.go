@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
 )
 
 func TestSpread(t *testing.T) {
@@ -137,5 +139,24 @@ func checkCounts(t *testing.T, what string, c *Counts) {
 	}
 	if c.Verified > c.Hits || c.Wrong > c.Verified {
 		t.Errorf("%s: verified %d wrong %d hits %d", what, c.Verified, c.Wrong, c.Hits)
+	}
+}
+
+func TestTruncateMakesServerMessagesSafeToPrint(t *testing.T) {
+	tests := []struct {
+		name, in string
+		n        int
+		want     string
+	}{
+		{"plain", "SERVER_ERROR out of memory", 200, "SERVER_ERROR out of memory"},
+		{"terminal escape", "SERVER_ERROR \x1b[2Jgone", 200, "SERVER_ERROR ?[2Jgone"},
+		{"invalid UTF-8", "SERVER_ERROR \xff\xfe", 200, "SERVER_ERROR ?"},
+		{"cut", "abcdef", 3, "abc…"},
+		{"cut inside a character", "ab\u00e9cd", 3, "ab…"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, truncate(tt.in, tt.n))
+		})
 	}
 }
