@@ -131,7 +131,11 @@ func (r *Replica) ChangeMember(ctx context.Context, reqID uint64, typ ConfChange
 		default:
 			return fmt.Errorf("change member: unknown change %d", typ)
 		}
-		return r.rn.ProposeConfChange(cc)
+		if err := r.rn.ProposeConfChange(cc); err != nil {
+			return err
+		}
+		r.waits.markProposed([]proposal{{reqID: reqID}})
+		return nil
 	})
 	if err != nil {
 		return err

@@ -11,7 +11,8 @@
 //     batch, fsynced unless only the commit index moved;
 //  4. send the acknowledgements and votes, now that they are true after a
 //     crash;
-//  5. apply the rest of the committed entries (those this Ready persisted);
+//  5. apply the rest of the committed entries (those this Ready persisted),
+//     then compact the log behind the durably applied state;
 //  6. advance.
 //
 // Any error on the persistence path stops the node (Err reports it): a node
@@ -586,7 +587,9 @@ func (r *Replica) Err() error {
 	return r.err
 }
 
-// Stop ends the Ready loop and fails every waiter with ErrStopped.
+// Stop ends the Ready loop and fails every waiter: with ErrStopped those
+// whose proposal raft never took, and with ErrUnknownOutcome those it took,
+// which the other members may still commit.
 func (r *Replica) Stop() {
 	r.stopOnce.Do(func() { close(r.stopc) })
 	<-r.done
@@ -604,7 +607,7 @@ func (r *Replica) fail(err error) {
 func (r *Replica) run() {
 	defer close(r.done)
 	defer func() {
-		r.waits.failAll(ErrStopped)
+		r.waits.stop(ErrStopped, ErrUnknownOutcome)
 		r.reads.failAll(ErrStopped)
 	}()
 	ticker := time.NewTicker(r.cfg.TickInterval)
@@ -813,7 +816,10 @@ func (r *Replica) flushProposals() {
 	err := r.rn.Step(&pb.Message{Type: pb.MsgProp.Enum(), From: new(uint64(r.cfg.ID)), Entries: ents})
 	if err != nil {
 		if errors.Is(err, raft.ErrProposalDropped) {
-			if r.leader == 0 {
+			// Raft's own view: r.leader is as of the last Ready, and a
+			// message stepped since (a vote, a MsgTimeoutNow) may have
+			// made this node a candidate, which has no leader.
+			if r.rn.BasicStatus().Lead == 0 {
 				err = ErrNoLeader
 			} else {
 				err = ErrBusy
@@ -822,6 +828,8 @@ func (r *Replica) flushProposals() {
 		for _, p := range r.batch {
 			r.waits.trigger(p.reqID, Outcome{Err: err})
 		}
+	} else {
+		r.waits.markProposed(r.batch)
 	}
 	clear(r.batch)
 	r.batch = r.batch[:0]
@@ -935,6 +943,15 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 		}
 	}
 	r.reads.applied(r.sm.AppliedIndex())
+	// Compact only now: the entries applied early were committed by this
+	// Ready's HardState, which the log refuses to compact past until it is
+	// saved (a state machine that syncs at once made a batch committed in
+	// one Ready stop the node).
+	if len(rd.CommittedEntries) > 0 {
+		if err := r.maybeCompact(); err != nil {
+			return err
+		}
+	}
 	// 4. Advance.
 	r.rn.Advance(rd)
 	return nil
@@ -1042,7 +1059,7 @@ func (r *Replica) apply(committed []*pb.Entry) error {
 			r.writers++
 		}
 	}
-	return r.maybeCompact()
+	return nil
 }
 
 func (r *Replica) applyConfChange(e *pb.Entry) (*ConfChange, error) {

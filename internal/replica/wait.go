@@ -20,12 +20,19 @@ type Outcome struct {
 // waiter gives up, whether or not anyone ever reads the outcome.
 type waitRegistry struct {
 	mu sync.Mutex
-	m  map[uint64]chan Outcome
+	m  map[uint64]waiter
 	n  atomic.Int64 // len(m), readable without mu
 }
 
+type waiter struct {
+	ch chan Outcome
+	// proposed: raft took the proposal, so another member may commit it
+	// even if this one stops before it is applied here.
+	proposed bool
+}
+
 func newWaitRegistry() *waitRegistry {
-	return &waitRegistry{m: make(map[uint64]chan Outcome)}
+	return &waitRegistry{m: make(map[uint64]waiter)}
 }
 
 // register returns the channel that receives id's outcome, or false if id is
@@ -37,7 +44,7 @@ func (w *waitRegistry) register(id uint64) (chan Outcome, bool) {
 		return nil, false
 	}
 	ch := make(chan Outcome, 1)
-	w.m[id] = ch
+	w.m[id] = waiter{ch: ch}
 	w.n.Store(int64(len(w.m)))
 	return ch, true
 }
@@ -47,14 +54,26 @@ func (w *waitRegistry) register(id uint64) (chan Outcome, bool) {
 // one.
 func (w *waitRegistry) trigger(id uint64, o Outcome) bool {
 	w.mu.Lock()
-	ch, ok := w.m[id]
+	x, ok := w.m[id]
 	delete(w.m, id)
 	w.n.Store(int64(len(w.m)))
 	w.mu.Unlock()
 	if ok {
-		ch <- o
+		x.ch <- o
 	}
 	return ok
+}
+
+// markProposed records that raft took these proposals (stop).
+func (w *waitRegistry) markProposed(props []proposal) {
+	w.mu.Lock()
+	for _, p := range props {
+		if x, ok := w.m[p.reqID]; ok {
+			x.proposed = true
+			w.m[p.reqID] = x
+		}
+	}
+	w.mu.Unlock()
 }
 
 func (w *waitRegistry) cancel(id uint64) {
@@ -68,14 +87,26 @@ func (w *waitRegistry) cancel(id uint64) {
 // checked on every proposal.
 func (w *waitRegistry) size() int { return int(w.n.Load()) }
 
-// failAll ends every waiter with err (node stopping).
+// failAll ends every waiter with err.
 func (w *waitRegistry) failAll(err error) {
+	w.stop(err, err)
+}
+
+// stop ends every waiter as the node stops: with proposedErr those raft
+// took, whose entries may still commit on the other members (a leader sends
+// its appends before its own fsync, so even a failed fsync does not stop
+// them), and with err the rest, which were never proposed.
+func (w *waitRegistry) stop(err, proposedErr error) {
 	w.mu.Lock()
 	m := w.m
-	w.m = make(map[uint64]chan Outcome)
+	w.m = make(map[uint64]waiter)
 	w.n.Store(0)
 	w.mu.Unlock()
-	for _, ch := range m {
-		ch <- Outcome{Err: err}
+	for _, x := range m {
+		if x.proposed {
+			x.ch <- Outcome{Err: proposedErr}
+		} else {
+			x.ch <- Outcome{Err: err}
+		}
 	}
 }

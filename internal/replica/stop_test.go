@@ -1,0 +1,109 @@
+package replica
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/stretchr/testify/require"
+	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/kvd-project/kvd/internal/raftlog"
+	"github.com/kvd-project/kvd/internal/transport"
+)
+
+// failingLog is a raft log whose appends fail once fail is set, as a disk
+// that has filled up or gone bad.
+type failingLog struct {
+	*raftlog.Log
+	fail atomic.Bool
+}
+
+func (l *failingLog) Save(hs *pb.HardState, ents []*pb.Entry) error {
+	if len(ents) > 0 && l.fail.Load() {
+		return errors.New("injected: disk failed")
+	}
+	return l.Log.Save(hs, ents)
+}
+
+// seenSM is echoSM that also remembers the request IDs it applied.
+type seenSM struct {
+	echoSM
+	seen sync.Map
+}
+
+func (s *seenSM) Apply(ents []Entry) ([]Applied, error) {
+	out, err := s.echoSM.Apply(ents)
+	for _, a := range out {
+		s.seen.Store(a.ReqID, true)
+	}
+	return out, err
+}
+
+// TestFailedLeaderFsyncReportsUnknownOutcome: a leader sends its appends
+// before its own fsync; when that fsync fails the node stops, and the
+// followers may still commit the entry under a new leader. Its proposer was
+// told ErrStopped ("shutting down"), which says the write did not happen,
+// and it did.
+func TestFailedLeaderFsyncReportsUnknownOutcome(t *testing.T) {
+	net := transport.NewMemNetwork()
+	defer net.Close()
+	peers := []NodeID{1, 2, 3}
+	reps := make([]*Replica, len(peers))
+	logs := make([]*failingLog, len(peers))
+	sms := make([]*seenSM, len(peers))
+	for i, id := range peers {
+		l, err := raftlog.Open("raft", nil, raftlog.Options{FS: vfs.NewMem()})
+		require.NoError(t, err)
+		logs[i], sms[i] = &failingLog{Log: l}, &seenSM{}
+		h := &LateHandler{}
+		tr := net.Transport(uint64(id), h)
+		cfg := Config{ID: id, Peers: peers, TickInterval: 10 * time.Millisecond, ElectionTicks: 30}
+		r, err := Start(cfg, logs[i], sms[i], tr, slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		h.Bind(r)
+		reps[i] = r
+		t.Cleanup(func() {
+			r.Stop()
+			require.NoError(t, tr.Close())
+			require.NoError(t, l.Close())
+		})
+	}
+	lead := -1
+	require.Eventually(t, func() bool {
+		for i, r := range reps {
+			if st := r.Status(); st.Ready && st.Leader == st.ID {
+				lead = i
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 5*time.Millisecond)
+
+	logs[lead].fail.Store(true)
+	const reqID = 77
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := reps[lead].Propose(ctx, time.Time{}, reqID, binary.BigEndian.AppendUint64(nil, reqID))
+	require.NoError(t, err)
+	_, err = p.Wait(ctx, time.Time{})
+	require.ErrorIs(t, err, ErrUnknownOutcome)
+	<-reps[lead].Done()
+	require.Error(t, reps[lead].Err(), "the failed fsync must stop the node")
+
+	// And indeed: the other two elect a leader that commits the write.
+	require.Eventually(t, func() bool {
+		for i, sm := range sms {
+			if _, ok := sm.seen.Load(uint64(reqID)); ok && i != lead {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 5*time.Millisecond, "the write was not applied by the others")
+}
