@@ -134,6 +134,9 @@ func Encode(dst []byte, c *Command) ([]byte, error) {
 	if len(c.Key) == 0 && c.Op != OpFlush && c.Op != OpExpire && c.Op != OpMember {
 		return dst, fmt.Errorf("encode %s: empty key", c.Op)
 	}
+	// On an error below, dst[:start] is returned: dst as the caller gave
+	// it, without a header that no payload follows.
+	start := len(dst)
 	// One allocation for a key and value, not one per doubling of the
 	// buffer as the value is appended: this runs for every write.
 	dst = slices.Grow(dst, headerLen+2*binary.MaxVarintLen64+len(c.Key)+len(c.Value)+24)
@@ -165,7 +168,14 @@ func Encode(dst []byte, c *Command) ([]byte, error) {
 		dst = binary.BigEndian.AppendUint64(dst, uint64(c.Delay))
 	case OpExpire:
 		if len(c.Expired) > MaxExpired {
-			return dst, fmt.Errorf("encode expire: %d items exceeds %d", len(c.Expired), MaxExpired)
+			return dst[:start], fmt.Errorf("encode expire: %d items exceeds %d", len(c.Expired), MaxExpired)
+		}
+		// Decode rejects an item key it could not apply, so Encode must
+		// too: such an entry would be committed and then skipped everywhere.
+		for i, kc := range c.Expired {
+			if len(kc.Key) == 0 || len(kc.Key) > MaxKeyLen {
+				return dst[:start], fmt.Errorf("encode expire: item %d: key of %d bytes (want 1 to %d)", i, len(kc.Key), MaxKeyLen)
+			}
 		}
 		dst = binary.AppendUvarint(dst, uint64(len(c.Expired)))
 		for _, kc := range c.Expired {
@@ -176,7 +186,7 @@ func Encode(dst []byte, c *Command) ([]byte, error) {
 		m := &c.Member
 		for _, f := range []string{m.Name, m.PeerAddr, m.HTTPAddr, m.MemcacheAddr} {
 			if len(f) > MaxAttrLen {
-				return dst, fmt.Errorf("encode member: attribute of %d bytes exceeds %d", len(f), MaxAttrLen)
+				return dst[:start], fmt.Errorf("encode member: attribute of %d bytes exceeds %d", len(f), MaxAttrLen)
 			}
 		}
 		dst = binary.BigEndian.AppendUint64(dst, m.ID)
@@ -207,14 +217,17 @@ var ErrUnsupported = errors.New("command written by a newer kvd")
 // data must stay unmodified while c is in use.
 func Decode(data []byte, c *Command) error {
 	*c = Command{}
-	if len(data) < headerLen {
-		return fmt.Errorf("%w: %d bytes is shorter than the header", ErrCorrupt, len(data))
-	}
+	// The version before the length: a newer format may have a shorter
+	// header, and its entries must stop this node, not be skipped as corrupt.
 	switch {
+	case len(data) == 0:
+		return fmt.Errorf("%w: empty entry", ErrCorrupt)
 	case data[0] == 0:
 		return fmt.Errorf("%w: format version 0", ErrCorrupt)
 	case data[0] > Version:
 		return fmt.Errorf("%w: format version %d, this binary knows up to %d", ErrUnsupported, data[0], Version)
+	case len(data) < headerLen:
+		return fmt.Errorf("%w: %d bytes is shorter than the header", ErrCorrupt, len(data))
 	}
 	// The request ID first: whatever is wrong further on, the proposer can
 	// be told at once that its entry did nothing (see fsm's Apply).

@@ -88,7 +88,9 @@ type Service struct {
 	logger *slog.Logger
 	now    func() time.Time
 	nextID atomic.Uint64
-	space  *SpaceGuard // nil: free space is not watched
+	// space is nil while free space is not watched. Atomic: the node
+	// starts the expiry sweeper, which submits, before it guards space.
+	space atomic.Pointer[SpaceGuard]
 }
 
 // New builds the service. now is the proposer's clock (time.Now in
@@ -108,11 +110,11 @@ func New(cfg Config, r Replica, store Store, logger *slog.Logger, now func() tim
 func (s *Service) Config() Config { return s.cfg }
 
 // GuardSpace makes Submit refuse writes that add data while g says the disk
-// is low. Call it before serving.
-func (s *Service) GuardSpace(g *SpaceGuard) { s.space = g }
+// is low. Call it before serving; it is safe while the sweeper runs.
+func (s *Service) GuardSpace(g *SpaceGuard) { s.space.Store(g) }
 
 // Space is the free-space guard, nil when there is none.
-func (s *Service) Space() *SpaceGuard { return s.space }
+func (s *Service) Space() *SpaceGuard { return s.space.Load() }
 
 // Call is a submitted write. It counts against --max-pending until its
 // entry is applied (or its Wait gives up), waited for or not; a Call
@@ -125,7 +127,7 @@ type Call struct {
 // Submit stamps, encodes and proposes c. Calls submitted from one goroutine
 // enter the log in submission order. The request timeout starts now.
 func (s *Service) Submit(ctx context.Context, c *command.Command) (*Call, error) {
-	if s.space != nil && s.space.Low() && !freesSpace(c.Op) {
+	if g := s.space.Load(); g != nil && g.Low() && !freesSpace(c.Op) {
 		return nil, ErrNoSpace
 	}
 	deadline := s.now().Add(s.cfg.RequestTimeout)

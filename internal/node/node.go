@@ -184,7 +184,6 @@ func Start(cfg config.Config, logger *slog.Logger) (n *Node, err error) {
 	}, n.rep, n.state, logger.With("component", "kv"), time.Now)
 	var sweepCtx context.Context
 	sweepCtx, n.stopSweep = context.WithCancel(context.Background())
-	go n.kv.RunExpirySweeper(sweepCtx)
 	// Refuse writes politely while the disk is nearly full: a write the
 	// raft log cannot persist stops the node.
 	if free := freeSpace(cfg.DataDir); cfg.MinFreeDisk > 0 && free != nil {
@@ -193,6 +192,7 @@ func Start(cfg config.Config, logger *slog.Logger) (n *Node, err error) {
 		n.kv.GuardSpace(g)
 		go g.Run(sweepCtx, time.Second)
 	}
+	go n.kv.RunExpirySweeper(sweepCtx)
 	var watchCtx context.Context
 	watchCtx, n.stopWatch = context.WithCancel(context.Background())
 
