@@ -101,7 +101,9 @@ func newNodeCollector(src Sources, requests *requestCounts) *nodeCollector {
 		serverErrors: desc("memcache", "server_errors_total", "SERVER_ERROR replies (no quorum, timeouts, busy, shutdown)."),
 		stored:       desc("memcache", "items_stored_total", "Items stored through the memcache port (memcached's total_items)."),
 
-		requestsTotal: desc("", "requests_total", "Key-value requests by protocol (memcache, http), command and result.", "protocol", "command", "result"),
+		requestsTotal: desc("", "requests_total", "Key-value requests by protocol, command and result: every key-value request over http; "+
+			"over memcache only the hit and miss counts memcached's stats keep (get, delete, incr, decr, cas, touch), no storage commands: "+
+			"kvd_memcache_commands_total counts every memcache command.", "protocol", "command", "result"),
 	}
 }
 
