@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/kvd-project/kvd/internal/config"
+	"github.com/kvd-project/kvd/internal/kv"
 	"github.com/kvd-project/kvd/internal/node"
 	"github.com/kvd-project/kvd/internal/timerslack"
 )
@@ -68,12 +70,32 @@ names (e.g. "max-item-size: 2m").`,
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "kvd %s serving memcache on %s, http on %s (data in %s)\n",
 				cfg.Name, n.MemcacheAddr(), n.HTTPAddr(), cfg.DataDir)
-			return n.Run(cmd.Context())
+			return serveExit(n.Run(cmd.Context()))
 		},
 	}
 	cmd.Flags().StringVar(&cfgFile, "config", "", "YAML config file; its keys are these flag names")
 	cmd.Flags().AddFlagSet(bindFlags(pflag.NewFlagSet("serve", pflag.ContinueOnError), &cfg))
 	return cmd
+}
+
+// ExitRemoved is kvd serve's exit status when its member was removed from
+// the cluster. Started again on the same data dir it would only stop again,
+// so a supervisor must not restart it: deploy/systemd/kvd.service names
+// this status in RestartPreventExitStatus.
+const ExitRemoved = 4
+
+// removedError carries ExitRemoved to main.
+type removedError struct{ error }
+
+func (e *removedError) Unwrap() error { return e.error }
+func (e *removedError) ExitCode() int { return ExitRemoved }
+
+// serveExit gives the error that ends kvd serve its exit status.
+func serveExit(err error) error {
+	if errors.Is(err, kv.ErrRemoved) {
+		return &removedError{err}
+	}
+	return err
 }
 
 // bindFlags binds every config field to a flag of fs, so the flags, the
@@ -86,9 +108,9 @@ func bindFlags(fs *pflag.FlagSet, c *config.Config) *pflag.FlagSet {
 	fs.StringVar(&c.PeerAddr, "peer-addr", c.PeerAddr, "raft peer listener")
 	fs.StringVar(&c.InitialCluster, "initial-cluster", c.InitialCluster, "founding members name=host:port,…, names as for --name (default: this member alone)")
 	fs.StringVar(&c.Join, "join", c.Join, "join a running cluster through a member's HTTP address (http://host:11280) instead of founding one")
-	fs.StringVar(&c.AdvertisePeerAddr, "advertise-peer-addr", c.AdvertisePeerAddr, "peer address other members dial (default: --peer-addr, wildcard host → host name)")
-	fs.StringVar(&c.AdvertiseHTTPAddr, "advertise-http-addr", c.AdvertiseHTTPAddr, "HTTP address published to other members and the console (default: the bound --http-addr)")
-	fs.StringVar(&c.AdvertiseMemcacheAddr, "advertise-memcache-addr", c.AdvertiseMemcacheAddr, "memcache address published in the member table (default: the bound --memcache-addr)")
+	fs.StringVar(&c.AdvertisePeerAddr, "advertise-peer-addr", c.AdvertisePeerAddr, "peer address other members dial (default: this member's --initial-cluster entry, else --peer-addr; wildcard host → host name)")
+	fs.StringVar(&c.AdvertiseHTTPAddr, "advertise-http-addr", c.AdvertiseHTTPAddr, "HTTP address published to other members and the console (default: the bound --http-addr, wildcard host → host name)")
+	fs.StringVar(&c.AdvertiseMemcacheAddr, "advertise-memcache-addr", c.AdvertiseMemcacheAddr, "memcache address published in the member table (default: the bound --memcache-addr, wildcard host → host name)")
 	fs.Var(&c.MaxItemSize, "max-item-size", "largest value accepted (bytes; k/m suffixes)")
 	fs.IntVar(&c.MaxConnections, "max-connections", c.MaxConnections, "maximum concurrent memcache connections")
 	fs.IntVar(&c.MaxPending, "max-pending", c.MaxPending, "writes waiting for the raft log at once; more are refused as busy")
