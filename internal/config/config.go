@@ -46,8 +46,10 @@ type Config struct {
 	Join string `yaml:"join"`
 	// AdvertisePeerAddr, AdvertiseHTTPAddr and AdvertiseMemcacheAddr are the
 	// addresses other members and clients use to reach this node, published
-	// in the member table. Default: the listen address, with a wildcard
-	// host (0.0.0.0, ::) replaced by the host name.
+	// in the member table; never a wildcard host. Default: the listen
+	// address (for the peer address of a founding member, its entry in
+	// InitialCluster), with a wildcard host (0.0.0.0, ::) replaced by the
+	// host name.
 	AdvertisePeerAddr     string `yaml:"advertise-peer-addr"`
 	AdvertiseHTTPAddr     string `yaml:"advertise-http-addr"`
 	AdvertiseMemcacheAddr string `yaml:"advertise-memcache-addr"`
@@ -333,8 +335,12 @@ func (c *Config) Validate() error {
 		if addr == "" {
 			continue
 		}
+		// A wildcard is where to listen, not where to dial: a member that
+		// dials 0.0.0.0 or :: reaches itself.
 		if host, port, err := net.SplitHostPort(addr); err != nil || host == "" || !validPort(port, false) {
 			add("%s %q: want a reachable host:port", flag, addr)
+		} else if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			add("%s %q: want a reachable host:port, not the wildcard %s", flag, addr, host)
 		}
 	}
 	if c.Join != "" {
@@ -413,7 +419,11 @@ func (s *Size) Set(v string) error {
 // Type implements pflag.Value.
 func (s *Size) Type() string { return "size" }
 
-// UnmarshalYAML accepts a number or a suffixed string.
+// UnmarshalYAML accepts a number or a suffixed string. The error names the
+// line: the decoder passes it on as it is, and several keys are sizes.
 func (s *Size) UnmarshalYAML(n *yaml.Node) error {
-	return s.Set(n.Value)
+	if err := s.Set(n.Value); err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	return nil
 }

@@ -1,0 +1,49 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// An advertised address is what other members and clients dial: a wildcard
+// host there would have them dial themselves, so it is refused like any
+// other unreachable address, naming the key.
+func TestValidateRefusesWildcardAdvertiseAddrs(t *testing.T) {
+	for _, tc := range []struct {
+		key, addr string
+		set       func(*Config, string)
+	}{
+		{"advertise-peer-addr", "0.0.0.0:11290", func(c *Config, a string) { c.AdvertisePeerAddr = a }},
+		{"advertise-http-addr", "[::]:11280", func(c *Config, a string) { c.AdvertiseHTTPAddr = a }},
+		{"advertise-memcache-addr", "0.0.0.0:11211", func(c *Config, a string) { c.AdvertiseMemcacheAddr = a }},
+	} {
+		c := Default()
+		tc.set(&c, tc.addr)
+		require.ErrorContains(t, c.Validate(), tc.key+` "`+tc.addr+`": want a reachable host:port`, tc.key)
+	}
+	c := Default()
+	c.AdvertisePeerAddr, c.AdvertiseHTTPAddr, c.AdvertiseMemcacheAddr = "10.0.0.1:11290", "kvd-0.kvd-peer:11280", "[fd00::1]:11211"
+	require.NoError(t, c.Validate())
+}
+
+// A size the file gets wrong is reported with its line, since several keys
+// take sizes and the value alone does not say which one was meant.
+func TestLoadFileBadSizeNamesTheLine(t *testing.T) {
+	for _, tc := range []struct {
+		body, err string
+	}{
+		{"name: n1\ncache-size: lots\n", `line 2: invalid size "lots"`},
+		{"max-item-size: -1m\n", `line 1: invalid size "-1m"`},
+		{"name: n1\n\nitem-cache-size: [1, 2]\n", `line 3: invalid size ""`},
+	} {
+		p := filepath.Join(t.TempDir(), "kvd.yaml")
+		require.NoError(t, os.WriteFile(p, []byte(tc.body), 0o600))
+		c := Default()
+		err := c.LoadFile(p)
+		require.ErrorContains(t, err, tc.err, "%q", tc.body)
+		require.Equal(t, Default(), c, "a refused file changes nothing")
+	}
+}
