@@ -1,7 +1,8 @@
 // Package deploy_test checks the deployment files against the binary they
 // deploy: every flag they pass must be one `kvd serve` accepts, every port a
 // probe, a Service or a published port names must be the one kvd listens on,
-// and every timeout that bounds a shutdown must exceed kvd's own drain. It
+// and every timeout that bounds a shutdown must exceed kvd's own (see
+// stopBound). It
 // reads the files only; deploy/compose/e2e_test.go (build tag e2e) runs them.
 package deploy_test
 
@@ -434,6 +435,18 @@ func TestKubernetesManifests(t *testing.T) {
 	if got := flags["initial-cluster"]; got != strings.Join(want, ",") {
 		t.Errorf("--initial-cluster=%s\nwant           %s", got, strings.Join(want, ","))
 	}
+	// A member dials another's HTTP API at the address that one advertises:
+	// a follower forwards membership changes (kvd cluster add, remove,
+	// transfer-leader) to the leader there, and kvd cluster status asks the
+	// leader there. With a wildcard --http-addr the default is the host
+	// name, the bare pod name, which no other pod resolves; the pod's name
+	// under the headless Service does resolve.
+	podDNS := fmt.Sprintf("$(POD_NAME).%s.$(POD_NAMESPACE).svc.cluster.local", sts.ServiceName)
+	for flag, listen := range map[string]string{"advertise-http-addr": "http-addr", "advertise-memcache-addr": "memcache-addr"} {
+		if want := fmt.Sprintf("%s:%d", podDNS, port(t, listen, flags[listen])); flags[flag] != want {
+			t.Errorf("--%s=%q, want %s: the default, the pod's host name, does not resolve in other pods", flag, flags[flag], want)
+		}
+	}
 	// And kvd accepts the values once the kubelet has expanded them: each
 	// parses as its flag, and the membership validates.
 	cfg := config.Default()
@@ -447,6 +460,8 @@ func TestKubernetesManifests(t *testing.T) {
 	cfg.Name = stsName + "-0"
 	cfg.InitialCluster = strings.ReplaceAll(flags["initial-cluster"], "$(POD_NAMESPACE)", "default")
 	cfg.PeerAddr = flags["peer-addr"]
+	expand := strings.NewReplacer("$(POD_NAME)", stsName+"-0", "$(POD_NAMESPACE)", "default").Replace
+	cfg.AdvertiseHTTPAddr, cfg.AdvertiseMemcacheAddr = expand(flags["advertise-http-addr"]), expand(flags["advertise-memcache-addr"])
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("kvd rejects the expanded configuration: %v", err)
 	}
@@ -469,14 +484,20 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Errorf("the PVC template must be mounted at --data-dir=%s", flags["data-dir"])
 	}
 	shutdown := shutdownTimeout(t, flags)
-	if grace := time.Duration(sts.Template.Spec.TerminationGracePeriodSeconds) * time.Second; grace <= shutdown {
-		t.Errorf("terminationGracePeriodSeconds %s must exceed --shutdown-timeout %s", grace, shutdown)
+	if grace := time.Duration(sts.Template.Spec.TerminationGracePeriodSeconds) * time.Second; grace <= stopBound(shutdown) {
+		t.Errorf("terminationGracePeriodSeconds %s must exceed twice --shutdown-timeout %s (the drain, then closing the stores)", grace, shutdown)
 	}
 	d := parseDockerfile(t)
 	if uid, _, _ := strings.Cut(d.user, ":"); strconv.Itoa(sts.Template.Spec.SecurityContext.RunAsUser) != uid {
 		t.Errorf("runAsUser %d, but the image's USER is %s (the owner of /data)", sts.Template.Spec.SecurityContext.RunAsUser, d.user)
 	}
 }
+
+// stopBound is how long kvd may take to stop after SIGTERM: the drain is
+// bounded by --shutdown-timeout, and stopping raft and closing the stores
+// after it by --shutdown-timeout again (node.Shutdown). A grace period
+// shorter than both SIGKILLs a node that is still closing its stores.
+func stopBound(shutdown time.Duration) time.Duration { return 2 * shutdown }
 
 // shutdownTimeout is --shutdown-timeout from flags, or kvd's default.
 func shutdownTimeout(t *testing.T, flags map[string]string) time.Duration {
@@ -539,14 +560,15 @@ func TestSystemdUnitAndConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TimeoutStopSec: %v", err)
 	}
-	if stop <= cfg.ShutdownTimeout {
-		t.Errorf("TimeoutStopSec %s must exceed kvd.yaml's shutdown-timeout %s, or systemd kills the drain", stop, cfg.ShutdownTimeout)
+	if stop <= stopBound(cfg.ShutdownTimeout) {
+		t.Errorf("TimeoutStopSec %s must exceed twice kvd.yaml's shutdown-timeout %s, or systemd kills a node still closing its stores", stop, cfg.ShutdownTimeout)
 	}
 	if nofile, err := strconv.Atoi(one("LimitNOFILE")); err != nil || nofile < 2*cfg.MaxConnections {
 		t.Errorf("LimitNOFILE %q: want at least twice max-connections (%d)", unit["LimitNOFILE"], cfg.MaxConnections)
 	}
 	for k, want := range map[string]string{
-		"Restart": "on-failure", "ProtectSystem": "strict", "NoNewPrivileges": "yes",
+		"Restart": "on-failure", "RestartPreventExitStatus": strconv.Itoa(cli.ExitRemoved),
+		"ProtectSystem": "strict", "NoNewPrivileges": "yes",
 		"DynamicUser": "yes", "ProtectHome": "yes", "PrivateTmp": "yes",
 	} {
 		if got := one(k); got != want {
@@ -577,6 +599,7 @@ var envDefault = regexp.MustCompile(`\$\{[A-Z0-9_]+:-([^}]*)\}`)
 type composeFile struct {
 	Services map[string]struct {
 		Image           string   `yaml:"image"`
+		Hostname        string   `yaml:"hostname"`
 		Restart         string   `yaml:"restart"`
 		StopGracePeriod string   `yaml:"stop_grace_period"`
 		Command         []string `yaml:"command"`
@@ -643,6 +666,12 @@ func TestComposeFiles(t *testing.T) {
 				if err := cfg.Validate(); err != nil {
 					t.Errorf("%s: kvd rejects its flags: %v", name, err)
 				}
+				// The advertised HTTP address defaults to the host name
+				// (the listeners are wildcards): the others reach it
+				// because it is also the service's name.
+				if s.Hostname != name {
+					t.Errorf("%s: hostname %q, want %s, a name the other containers resolve", name, s.Hostname, name)
+				}
 				if aliases := s.Networks["peer"].Aliases; len(aliases) != 1 || aliases[0] != name+"-peer" {
 					t.Errorf("%s: peer network aliases %q, want [%s-peer]", name, aliases, name)
 				}
@@ -677,8 +706,9 @@ func TestComposeFiles(t *testing.T) {
 					}
 				}
 				grace, err := time.ParseDuration(s.StopGracePeriod)
-				if err != nil || grace <= shutdownTimeout(t, all) {
-					t.Errorf("%s: stop_grace_period %q must exceed --shutdown-timeout", name, s.StopGracePeriod)
+				if err != nil || grace <= stopBound(shutdownTimeout(t, all)) {
+					t.Errorf("%s: stop_grace_period %q must exceed twice --shutdown-timeout (%s): the drain, then closing the stores",
+						name, s.StopGracePeriod, shutdownTimeout(t, all))
 				}
 				if s.Restart == "" || s.Restart == "no" {
 					t.Errorf("%s: restart %q: want a restart policy", name, s.Restart)

@@ -19,11 +19,22 @@ for i in 1 2 3; do
     >"$dir/n$i.log" 2>&1 &
   pids+=($!)
 done
+# Ready = log replayed and a leader known. A node that did not get there
+# (a port in use, a bad data dir) fails the script, with its log.
 for i in 1 2 3; do
+  ready=
   for _ in $(seq 1 100); do
-    curl -fsS "http://127.0.0.1:1128$i/readyz" >/dev/null 2>&1 && break
+    if "$bin" healthcheck --url "http://127.0.0.1:1128$i/readyz" --timeout 1s >/dev/null 2>&1; then
+      ready=1
+      break
+    fi
     sleep 0.1
   done
+  if [ -z "$ready" ]; then
+    echo "n$i is not ready after 10s; its log, $dir/n$i.log, ends:" >&2
+    tail -n 20 "$dir/n$i.log" >&2
+    exit 1
+  fi
 done
 echo "kvd 3-node cluster is up (logs in $dir/n*.log):"
 echo "  memcache: 127.0.0.1:11211 127.0.0.1:11212 127.0.0.1:11213"
