@@ -22,7 +22,7 @@ type nodeCollector struct {
 	leaseReads, readRounds, readRoundReads                                    *prometheus.Desc
 	syncedEntries, syncedBatches, gatherHolds                                 *prometheus.Desc
 	// raft log
-	fsync, firstIndex, lastIndex, diskReads, tailEntries, tailBytes, segments, compactions *prometheus.Desc
+	fsync, fsyncRunning, firstIndex, lastIndex, diskReads, tailEntries, tailBytes, segments, compactions *prometheus.Desc
 	// fsm and storage
 	fsmApplied, fsmDurable, diskUsage, items, valueBytes *prometheus.Desc
 	compactionDebt, cacheHits, cacheMisses               *prometheus.Desc
@@ -69,6 +69,8 @@ func newNodeCollector(src Sources, requests *requestCounts) *nodeCollector {
 		tailEntries: desc("raft", "log_tail_cache_entries", "Entries in the raft log's in-memory tail cache."),
 		tailBytes:   desc("raft", "log_tail_cache_bytes", "Encoded bytes in the raft log's in-memory tail cache."),
 		segments:    desc("raft", "log_segments", "Segment files holding the raft log (spares kept for reuse not counted)."),
+		fsyncRunning: desc("raft", "log_fsync_in_progress_seconds", "How long the raft log's fsync under way has been running, 0 between fsyncs. "+
+			"A disk that stopped answering shows here: kvd_raft_log_fsync_duration_seconds counts an fsync only once it returns."),
 		compactions: desc("raft", "log_compactions_total", "Raft log compactions, each discarding entries the state store holds on disk and costing an fsync: about one per state store flush."),
 
 		fsmApplied:       desc("fsm", "applied_index", "Last log index applied to the state store (visible to reads)."),
@@ -113,7 +115,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.hasLeader, c.isLeader, c.ready, c.term, c.commit, c.applied, c.leaderChanges, c.pending, c.members, c.role,
 		c.proposalsApplied, c.proposalsFailed, c.leaseReads, c.readRounds, c.readRoundReads,
 		c.syncedEntries, c.syncedBatches, c.gatherHolds,
-		c.fsync, c.firstIndex, c.lastIndex, c.diskReads, c.tailEntries, c.tailBytes, c.segments, c.compactions,
+		c.fsync, c.fsyncRunning, c.firstIndex, c.lastIndex, c.diskReads, c.tailEntries, c.tailBytes, c.segments, c.compactions,
 		c.fsmApplied, c.fsmDurable, c.diskUsage, c.items, c.valueBytes, c.compactionDebt, c.cacheHits, c.cacheMisses,
 		c.itemCacheLookups, c.itemCacheBytes, c.keyFilterSkips, c.keyFilterBytes,
 		c.openFiles, c.openFilesLimit, c.fileHits, c.fileMisses,
@@ -199,6 +201,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.tailBytes, float64(ls.TailCacheBytes))
 		gauge(c.diskUsage, float64(ls.DiskBytes), "raft")
 		gauge(c.segments, float64(ls.Segments))
+		gauge(c.fsyncRunning, ls.SyncInProgress.Seconds())
 		counter(c.compactions, float64(ls.Compactions))
 	}
 

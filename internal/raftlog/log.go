@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -71,11 +72,20 @@ type Log struct {
 	// observeSync is Options.ObserveSync (may be nil).
 	observeSync func(time.Duration)
 	stats       struct {
-		syncCount      uint64
-		syncDuration   time.Duration
-		entryDiskReads uint64
-		compactions    uint64
+		syncCount    uint64
+		syncDuration time.Duration
+		compactions  uint64
 	}
+
+	// Stats reads these without mu, which a writer holds across its fsync:
+	// a metrics scrape must not wait on a disk that stopped answering.
+	// entryDiskReads is counted by readers, syncStarted (Unix ns, 0 when
+	// none) is set around each fsync, and published is refreshed by every
+	// writer before it releases mu (unlock).
+	entryDiskReads atomic.Uint64
+	syncStarted    atomic.Int64
+	statsMu        sync.Mutex
+	published      published
 }
 
 // segment is one live segment file.
@@ -252,7 +262,7 @@ func (l *Log) IsEmpty() bool {
 // twice is not an error.
 func (l *Log) Close() error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	if l.closed {
 		return nil
 	}
@@ -289,7 +299,7 @@ func (l *Log) readEntry(i uint64) (*pb.Entry, int, error) {
 	if typ != recEntry {
 		return nil, 0, fmt.Errorf("%w: entry %d: record of type %d", ErrCorrupt, i, typ)
 	}
-	l.stats.entryDiskReads++
+	l.entryDiskReads.Add(1)
 	e, err := decodeEntry(i, v)
 	return e, len(v), err
 }

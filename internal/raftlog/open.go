@@ -59,7 +59,7 @@ func Open(dir string, logger *slog.Logger, opts Options) (*Log, error) {
 	if err != nil {
 		l.closed = true
 	}
-	l.mu.Unlock()
+	l.unlock()
 	if err != nil {
 		l.prepWG.Wait()
 		for _, s := range l.segs {
@@ -176,7 +176,7 @@ func (l *Log) fillCache() error {
 	if err != nil {
 		return err
 	}
-	l.stats.entryDiskReads = 0
+	l.entryDiskReads.Store(0)
 	l.cache.append(ents)
 	return nil
 }

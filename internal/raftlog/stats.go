@@ -29,12 +29,24 @@ type Stats struct {
 	// fsync: about one per flush of the state store is expected, and many
 	// more than that is a caller compacting too eagerly.
 	Compactions uint64
+	// SyncInProgress is how long the fsync under way has been running, 0
+	// when none is: a disk that stopped answering shows here, not in
+	// SyncDuration, which counts fsyncs once they end.
+	SyncInProgress time.Duration
 }
 
-// Stats returns the current statistics. Safe to call from any goroutine.
-func (l *Log) Stats() Stats {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// published is what the writers last left for Stats; statsMu guards it.
+type published struct {
+	stats  Stats    // DiskBytes, EntryDiskReads and SyncInProgress not filled
+	files  []string // paths of the segment files and spares, for DiskBytes
+	seqs   []uint64 // the segment numbers files was built from, then the spares'
+	closed bool
+}
+
+// unlock publishes the figures Stats returns, then releases l.mu. Every
+// writer unlocks with it; readers, which change nothing Stats shows but
+// EntryDiskReads (an atomic), use l.mu.Unlock.
+func (l *Log) unlock() {
 	s := Stats{
 		SyncCount:        l.stats.syncCount,
 		SyncDuration:     l.stats.syncDuration,
@@ -43,19 +55,62 @@ func (l *Log) Stats() Stats {
 		LastIndex:        l.lastIndex,
 		TailCacheEntries: l.cache.len(),
 		TailCacheBytes:   l.cache.bytes,
-		EntryDiskReads:   l.stats.entryDiskReads,
 		Compactions:      l.stats.compactions,
 	}
-	if l.closed {
-		return s
-	}
-	for _, seg := range l.segs {
-		if fi, err := seg.f.Stat(); err == nil {
-			s.DiskBytes += uint64(fi.Size())
+	l.statsMu.Lock()
+	p := &l.published
+	p.stats, p.closed = s, l.closed
+	if !l.sameFiles(p.seqs) {
+		p.seqs, p.files = p.seqs[:0], nil
+		for _, seg := range l.segs {
+			p.seqs = append(p.seqs, seg.seq)
+			p.files = append(p.files, l.fs.PathJoin(l.dir, segmentName(seg.seq)))
+		}
+		for _, seq := range l.spares {
+			p.seqs = append(p.seqs, seq)
+			p.files = append(p.files, l.fs.PathJoin(l.dir, spareName(seq)))
 		}
 	}
-	for _, seq := range l.spares {
-		if fi, err := l.fs.Stat(l.fs.PathJoin(l.dir, spareName(seq))); err == nil {
+	l.statsMu.Unlock()
+	l.mu.Unlock()
+}
+
+// sameFiles reports whether seqs lists the live segments, then the spares.
+// l.mu held.
+func (l *Log) sameFiles(seqs []uint64) bool {
+	if len(seqs) != len(l.segs)+len(l.spares) {
+		return false
+	}
+	for i, seg := range l.segs {
+		if seqs[i] != seg.seq {
+			return false
+		}
+	}
+	for i, seq := range l.spares {
+		if seqs[len(l.segs)+i] != seq {
+			return false
+		}
+	}
+	return true
+}
+
+// Stats returns the statistics as of the last write. Safe to call from any
+// goroutine, and it never waits for a write or an fsync in progress.
+func (l *Log) Stats() Stats {
+	l.statsMu.Lock()
+	s, files, closed := l.published.stats, l.published.files, l.published.closed
+	l.statsMu.Unlock()
+	s.EntryDiskReads = l.entryDiskReads.Load()
+	if started := l.syncStarted.Load(); started != 0 {
+		s.SyncInProgress = max(time.Since(time.Unix(0, started)), 0)
+	}
+	if closed {
+		return s
+	}
+	// By name: a file renamed since (a spare taken, a segment retired) is
+	// missed by this one call.
+	for _, f := range files {
+		if fi, err := l.fs.Stat(f); err == nil {
 			s.DiskBytes += uint64(fi.Size())
 		}
 	}

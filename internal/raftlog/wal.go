@@ -94,7 +94,9 @@ func (l *Log) write(recs []pending, sync bool) ([]entryPos, error) {
 // metadata to write: that is most of why this log is not kept in Pebble.
 func (l *Log) sync(seg *segment) error {
 	start := time.Now()
+	l.syncStarted.Store(start.UnixNano())
 	err := seg.f.SyncData()
+	l.syncStarted.Store(0)
 	d := time.Since(start)
 	l.stats.syncCount++
 	l.stats.syncDuration += d
@@ -255,7 +257,7 @@ func (l *Log) prepareSpare() {
 		tmp := l.fs.PathJoin(l.dir, prepTempName)
 		err := l.prefill(tmp)
 		l.mu.Lock()
-		defer l.mu.Unlock()
+		defer l.unlock()
 		l.preparing = false
 		if err == nil && !l.closed && len(l.spares) < l.maxSpares {
 			// Named after the segment being written: above every spare

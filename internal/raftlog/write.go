@@ -26,7 +26,7 @@ import (
 // the caller must not mutate them afterwards (raft never does).
 func (l *Log) Save(hs *pb.HardState, ents []*pb.Entry) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	if l.closed {
 		return fmt.Errorf("raftlog: save: %w", ErrClosed)
 	}
@@ -156,7 +156,7 @@ func (l *Log) checkAppend(ents []*pb.Entry) ([]*pb.Entry, error) {
 // applied index (DESIGN decision 2).
 func (l *Log) Compact(index uint64, cs *pb.ConfState) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	if l.closed {
 		return fmt.Errorf("raftlog: compact: %w", ErrClosed)
 	}
@@ -203,7 +203,7 @@ func (l *Log) Compact(index uint64, cs *pb.ConfState) error {
 // index-0 snapshot. Synced.
 func (l *Log) ApplySnapshot(meta *pb.SnapshotMetadata) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	if l.closed {
 		return fmt.Errorf("raftlog: apply snapshot: %w", ErrClosed)
 	}
@@ -238,7 +238,7 @@ func (l *Log) ApplySnapshot(meta *pb.SnapshotMetadata) error {
 // the ConfState of compaction point 0. It fails unless IsEmpty. Synced.
 func (l *Log) Bootstrap(cs *pb.ConfState) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.unlock()
 	if l.closed {
 		return fmt.Errorf("raftlog: bootstrap: %w", ErrClosed)
 	}
