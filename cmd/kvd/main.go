@@ -17,6 +17,13 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first signal starts a graceful shutdown, which may take twice
+	// --shutdown-timeout; a second one ends the process at once, as its
+	// default action does, rather than be ignored.
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	err := cli.NewRoot(os.Stdout, os.Stderr).ExecuteContext(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kvd:", err)
