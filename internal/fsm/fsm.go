@@ -689,6 +689,10 @@ func (f *FSM) applyFlush(b *pebble.Batch, st *applyState, c *command.Command) (R
 		}
 	}
 	st.items, st.bytes, st.flushAt = 0, 0, 0
+	// Dropped, not just cut off: Apply clears only what is left in the
+	// slice, and the values of the writes before the flush would stay
+	// reachable from its reused array.
+	clear(f.cacheWrites)
 	f.flushed, f.cacheWrites = true, f.cacheWrites[:0]
 	return Result{Status: StatusOK}, nil
 }
