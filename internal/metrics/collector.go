@@ -104,7 +104,8 @@ func newNodeCollector(src Sources, requests *requestCounts) *nodeCollector {
 		stored:       desc("memcache", "items_stored_total", "Items stored through the memcache port (memcached's total_items)."),
 
 		requestsTotal: desc("", "requests_total", "Key-value requests by protocol, command and result: every key-value request over http; "+
-			"over memcache only the hit and miss counts memcached's stats keep (get, delete, incr, decr, cas, touch), no storage commands: "+
+			"over memcache only the counts memcached's stats keep: get, delete, incr, decr and touch by hit and miss, cas by hit, miss and badval; "+
+			"not set, add, replace, append or prepend: "+
 			"kvd_memcache_commands_total counts every memcache command.", "protocol", "command", "result"),
 	}
 }
