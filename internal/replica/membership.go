@@ -146,7 +146,14 @@ func (r *Replica) ChangeMember(ctx context.Context, reqID uint64, typ ConfChange
 	case <-ctx.Done():
 		return ErrConfChangeTimeout
 	case <-r.done:
-		return ErrStopped
+		// The loop answered every waiter before it closed done: a change
+		// raft took says so (ErrUnknownOutcome), which done alone cannot.
+		select {
+		case o := <-ch:
+			return o.Err
+		default:
+			return ErrStopped
+		}
 	}
 }
 
