@@ -114,7 +114,7 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Workload.Validate(c.Target != "etcd", c.Verify); err != nil {
 		errs = append(errs, err)
-	} else if len(c.Concurrency) > 0 {
+	} else if w := c.Workload; len(c.Concurrency) > 0 && w.Mode != ModeUniqueWrites && !(w.Mode == ModeMixed && w.GetRatio == 0) {
 		// Every in-flight get keeps a buffer as large as its value: refuse
 		// a sweep whose largest case could not hold them, rather than be
 		// killed for memory in the middle of it.

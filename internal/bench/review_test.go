@@ -291,6 +291,11 @@ func TestConfigRefusesReplyBuffersBeyondTheBound(t *testing.T) {
 		{"1 TiB", 4096, 256, 1 << 20, true},
 		{"deep pipeline of small values", 4096, 256, 512, false},
 	}
+	t.Run("sets only keep no reply buffers", func(t *testing.T) {
+		cfg := base(4096, 256, 1<<20)
+		cfg.Workload.GetRatio, cfg.Workload.SetRatio = 0, 1
+		require.NoError(t, cfg.Validate())
+	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := base(tt.conc, tt.pipeline, tt.value)
