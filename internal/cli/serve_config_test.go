@@ -36,8 +36,9 @@ func TestServeFlagsMirrorConfigKeys(t *testing.T) {
 }
 
 // A flag given on the command line wins over the file; the file wins over
-// the defaults. Both files below are refused (log-level), which shows the
-// merged configuration without starting a node.
+// the defaults. The file below is refused (its log-level, and each value
+// the flags do not override), and which errors are reported shows the merged
+// configuration without starting a node.
 func TestServeFlagsOverrideConfigFile(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "kvd.yaml")
 	require.NoError(t, os.WriteFile(p, []byte("log-level: loud\nmax-connections: 0\nmax-pending: 0\n"), 0o600))
