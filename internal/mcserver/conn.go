@@ -91,8 +91,14 @@ type conn struct {
 	// of a batch; the reader flushes them before it waits for more input.
 	unflushed atomic.Bool
 
-	stopOnce  sync.Once
-	lastWrite *reply // the newest reply with calls; reads wait for it
+	stopOnce sync.Once
+	// lastWrite is the done channel of the newest reply with calls; reads
+	// wait for it. Only the channel is kept: the reply holds its rendered
+	// bytes, which an idle connection must not keep alive.
+	lastWrite chan struct{}
+	// gatDone are the done channels of the last two gat chunks proposed on
+	// this connection, older first (see gat).
+	gatDone [2]chan struct{}
 
 	// For `stats conns`: the socket's file descriptor (as memcached shows
 	// it) or a sequence number, the reader's state, and the second (since
@@ -221,6 +227,13 @@ func (c *conn) readLoop() {
 // for every reply, which on a busy server costs as much as the lookup.
 func (c *conn) send(rp *reply) {
 	if rp.calls != nil || c.queued.Load() > 0 {
+		// A final reply waiting in the queue counts against the reply
+		// budget as get's do: the queue bounds replies, not their bytes,
+		// and a `stats conns` grows with the connections.
+		if rp.calls == nil && rp.budgeted == 0 && len(rp.buf) > 0 {
+			c.budget.acquire(len(rp.buf))
+			rp.budgeted = len(rp.buf)
+		}
 		c.enqueue(rp)
 		return
 	}
@@ -378,7 +391,7 @@ func (c *conn) await(rp *reply) []byte {
 // waitOwnWrites is the read barrier for this connection's earlier writes.
 func (c *conn) waitOwnWrites() {
 	if c.lastWrite != nil {
-		<-c.lastWrite.done
+		<-c.lastWrite
 		c.lastWrite = nil
 	}
 }
@@ -391,7 +404,7 @@ func (c *conn) submit(cmd *command.Command) (*kv.Call, error) {
 // pending builds a reply waiting on calls.
 func (c *conn) pending(calls []*kv.Call, render func([]byte, []kv.Result, error) []byte) *reply {
 	rp := &reply{calls: calls, render: render, done: make(chan struct{})}
-	c.lastWrite = rp
+	c.lastWrite = rp.done
 	return rp
 }
 

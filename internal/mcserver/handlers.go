@@ -242,33 +242,39 @@ func (c *conn) get(req *mcproto.Request) *reply {
 // A touch comes back with its item's value, so a gat's touches hold their
 // values until the reply is written. A gat of many keys is therefore
 // proposed gatChunk keys at a time, each chunk's hits streamed before the
-// chunk after next is proposed: at most two chunks' values wait in memory,
-// as get keeps at most a budget of its values, where proposing every key
-// at once held them all (a 1 MiB line names about 4,000 keys of 250 bytes,
-// or the same 1 MiB item over and over).
+// chunk after next is proposed: at most two chunks' values wait in memory
+// per connection, across pipelined gats too, as get keeps at most a budget
+// of its values, where proposing every key at once held them all (a 1 MiB
+// line names about 4,000 keys of 250 bytes, or the same 1 MiB item over and
+// over).
 func (c *conn) gat(req *mcproto.Request) *reply {
 	st := c.s.stats
 	// memcached counts a gat's keys as touches only, not as gets.
 	st.CmdTouch.Add(uint64(len(req.Keys)))
 	g := &gatReply{c: c, withCAS: req.Command == mcproto.CmdGats, which: req.Command, exptime: req.Exptime}
-	var prev *reply // the chunk before the last one proposed
 	keys := req.Keys
-	for {
+	for first := true; ; first = false {
+		// A chunk is proposed once the chunk before the last one proposed
+		// on this connection has been waited for, whether it belongs to
+		// this gat or to one pipelined before it: the writer holds a
+		// chunk's values until it gets to it, and a client that reads
+		// nothing must stop being read from, not pile up gats.
+		if d := c.gatDone[0]; d != nil {
+			<-d
+			c.gatDone[0] = nil
+		}
+		if !first && (g.failed.Load() || c.broken.Load()) {
+			return &reply{} // the reply has ended, or nobody reads it
+		}
 		n := min(len(keys), gatChunk)
 		last := n == len(keys)
 		rp, ok := g.chunk(keys[:n], last)
+		c.gatDone[0], c.gatDone[1] = c.gatDone[1], rp.done
 		if !ok || last {
 			return rp
 		}
 		c.send(rp)
 		keys = keys[n:]
-		if prev != nil {
-			<-prev.done
-		}
-		prev = rp
-		if g.failed.Load() || c.broken.Load() {
-			return &reply{} // the reply has ended, or nobody reads it
-		}
 	}
 }
 

@@ -1,0 +1,169 @@
+package mcserver_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvd-project/kvd/internal/mcserver"
+)
+
+// TestPipelinedGatsWaitForTheClient: a client that pipelines gats and reads
+// nothing stops being read from after a few of them, as it does with gets.
+// A gat's touches come back with their values, so every gat the reader
+// proposed held its hits in memory until the writer got to it; the reader
+// went on proposing while the writer was stuck on the silent client, and a
+// queue of gats of 16 keys of a 1 MiB item held 4 GiB. The reader's
+// progress shows in cmd_touch, counted as each gat is read.
+func TestPipelinedGatsWaitForTheClient(t *testing.T) {
+	_, addr := ownServer(t, mcserver.Config{})
+	probe := dial(t, addr)
+	value := strings.Repeat("v", 64<<10)
+	require.Equal(t, []string{"STORED"}, probe.do(fmt.Sprintf("set big 0 0 %d\r\n%s\r\n", len(value), value), "STORED"))
+	touches := func() int {
+		n, err := strconv.Atoi(stats(t, probe.do("stats\r\n"))["cmd_touch"])
+		require.NoError(t, err)
+		return n
+	}
+	before := touches()
+
+	nc, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = nc.Close() })
+	require.NoError(t, nc.(*net.TCPConn).SetReadBuffer(64<<10))
+	const gats, keys = 64, 16 // each reply 1 MiB
+	line := "gat 0" + strings.Repeat(" big", keys) + "\r\n"
+	_, err = nc.Write([]byte(strings.Repeat(line, gats)))
+	require.NoError(t, err)
+
+	// Wait until the reader stops (the count holds still) or has read
+	// every gat; a count that holds still for a while and is short of
+	// every gat is the reader waiting for the client.
+	last, still := -1, 0
+	for i := 0; i < 3000 && still < 20; i++ {
+		n := touches() - before
+		if n == gats*keys {
+			break
+		}
+		if n == last {
+			still++
+		} else {
+			last, still = n, 0
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	n := touches() - before
+	require.Less(t, n, gats*keys/4, "the server read on while the client read nothing: %d of %d touches", n, gats*keys)
+
+	// Once the client reads, every reply comes, whole and in order.
+	require.NoError(t, nc.SetReadDeadline(time.Now().Add(time.Minute)))
+	r := bufio.NewReaderSize(nc, 128<<10)
+	for g := range gats {
+		for k := range keys {
+			head, err := r.ReadString('\n')
+			require.NoError(t, err, "gat %d key %d", g, k)
+			require.Equal(t, fmt.Sprintf("VALUE big 0 %d\r\n", len(value)), head)
+			data := make([]byte, len(value)+2)
+			_, err = io.ReadFull(r, data)
+			require.NoError(t, err)
+		}
+		end, err := r.ReadString('\n')
+		require.NoError(t, err)
+		require.Equal(t, "END\r\n", end, "gat %d", g)
+	}
+}
+
+// TestIdleConnectionKeepsNoReply: a connection whose last command was a
+// gat keeps nothing of its reply once it is written. The connection kept
+// the reply (for the read barrier of its next get), and with it the
+// rendered values: 16 MiB for a gat of 16 keys of a 1 MiB item, held by
+// every idle connection until it sent a get.
+func TestIdleConnectionKeepsNoReply(t *testing.T) {
+	_, addr := ownServer(t, mcserver.Config{})
+	c := dial(t, addr)
+	value := strings.Repeat("v", 1<<20)
+	require.Equal(t, []string{"STORED"}, c.do(fmt.Sprintf("set big 0 0 %d\r\n%s\r\n", len(value), value), "STORED"))
+	reply := c.do("gat 0" + strings.Repeat(" big", 16) + "\r\n")
+	require.Len(t, reply, 2*16+1)
+	reply = nil
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	held := heap()
+	// A get waits for the connection's earlier writes and lets go of them.
+	require.Equal(t, []string{"END"}, c.do("get nothing\r\n"))
+	after := heap()
+	freed := int64(held) - int64(after)
+	require.Less(t, freed, int64(8<<20), "the idle connection held %d bytes of its last reply", freed)
+}
+
+// TestPipelinedStatsWaitForTheClient: replies queued behind a write count
+// against the connection's reply budget, whatever their command. Only the
+// queue's length bounded them, and a `stats conns` grows with the
+// connections: a client that pipelined a gat of a large item and then
+// many of them, reading nothing, had 256 of them queued behind the gat
+// (about 35 MB with 1,000 connections open, per connection doing it).
+func TestPipelinedStatsWaitForTheClient(t *testing.T) {
+	const others = 1000
+	srv, addr := ownServer(t, mcserver.Config{MaxConnections: others + 10})
+	for range others {
+		dial(t, addr)
+	}
+	probe := dial(t, addr)
+	require.Greater(t, len(probe.do("stats conns\r\n")), 4*others, "every connection is listed")
+	served := func() uint64 {
+		for _, cs := range srv.Stats().Commands() {
+			if cs.Command == "stats" {
+				for r, v := range cs.Results {
+					if mcserver.ResultName(r) == "ok" {
+						return v
+					}
+				}
+			}
+		}
+		t.Fatal("no stats command counters")
+		return 0
+	}
+	value := strings.Repeat("v", 1<<20)
+	require.Equal(t, []string{"STORED"}, probe.do(fmt.Sprintf("set big 0 0 %d\r\n%s\r\n", len(value), value), "STORED"))
+	before := served()
+
+	nc, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = nc.Close() })
+	require.NoError(t, nc.(*net.TCPConn).SetReadBuffer(64<<10))
+	const pipelined = 600
+	// The gat's reply fills the socket and keeps the writer busy, so the
+	// replies after it queue up.
+	_, err = nc.Write([]byte("gat 0" + strings.Repeat(" big", 8) + "\r\n" + strings.Repeat("stats conns\r\n", pipelined)))
+	require.NoError(t, err)
+
+	// Wait until the reader, past the gat, stops (the count holds still)
+	// or has read every request.
+	last, still := uint64(0), 0
+	for i := 0; i < 3000 && still < 20; i++ {
+		n := served() - before
+		if n == pipelined {
+			break
+		}
+		if n == last && n > 0 {
+			still++
+		} else {
+			last, still = n, 0
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	n := served() - before
+	require.Less(t, n, uint64(150), "the server read on while the client read nothing: %d of %d", n, pipelined)
+}
