@@ -241,6 +241,7 @@ func Start(cfg config.Config, logger *slog.Logger) (n *Node, err error) {
 	if cfg.EnablePprof {
 		handler = withPprof(handler)
 	}
+	handler = withWriteDeadline(handler, 2*cfg.RequestTimeout)
 	n.http = &http.Server{
 		Handler: handler,
 		// --request-timeout bounds reading a request too: a client that
@@ -442,6 +443,57 @@ func withPprof(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// withWriteDeadline bounds the writing of each response to d from its
+// first byte, so that a client that never reads cannot hold a handler, and
+// the value it was sending, for ever. Not the server's WriteTimeout: that
+// counts from the request and would cut off handlers that wait long before
+// they answer (a membership change forwarded to the leader, a CPU profile).
+func withWriteDeadline(h http.Handler, d time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dw := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: d}
+		defer dw.finish()
+		h.ServeHTTP(dw, r)
+	})
+}
+
+// deadlineWriter arms the connection's write deadline at the response's
+// first write.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc    *http.ResponseController
+	d     time.Duration
+	armed bool
+}
+
+func (w *deadlineWriter) arm() {
+	if !w.armed {
+		w.armed = true
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.d))
+	}
+}
+
+func (w *deadlineWriter) WriteHeader(code int) {
+	w.arm()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *deadlineWriter) Write(b []byte) (int, error) {
+	w.arm()
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// finish lifts the deadline once the handler returns: the connection may
+// serve its next request after a pause longer than d. What is left to send
+// then is the server's last buffer, a few KiB.
+func (w *deadlineWriter) finish() {
+	if w.armed {
+		_ = w.rc.SetWriteDeadline(time.Time{})
+	}
 }
 
 // itemCacheBytes maps the flag (0: off) onto fsm.Options (0: default).
