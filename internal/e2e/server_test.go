@@ -101,6 +101,32 @@ func TestExpiredItemsAreSweptThroughTheLog(t *testing.T) {
 	require.Equal(t, "END", rc.line())
 }
 
+// A delayed flush_all hides what was stored before its time; once that time
+// has come the leader's crawl deletes those items through the log, so that
+// curr_items, bytes and the disk come down without each key being written.
+func TestItemsADelayedFlushHidesAreDeleted(t *testing.T) {
+	p := kvdproc.Start(t, t.TempDir())
+	rc := dial(t, p.MemcacheAddr)
+	for i := range 3 {
+		rc.send(fmt.Sprintf("set old%d 0 0 3\r\nold\r\n", i))
+		require.Equal(t, "STORED", rc.line())
+	}
+	rc.send("flush_all 1\r\n")
+	require.Equal(t, "OK", rc.line())
+	require.Equal(t, "3", rc.stat("curr_items"))
+	deadline := time.Now().Add(30 * time.Second)
+	for rc.stat("curr_items") != "0" {
+		require.True(t, time.Now().Before(deadline), "hidden items never deleted")
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.Equal(t, "0", rc.stat("bytes"))
+	rc.send("set new 0 0 3\r\nnew\r\nget old0 new\r\n")
+	require.Equal(t, "STORED", rc.line())
+	require.Equal(t, "VALUE new 0 3", rc.line())
+	require.Equal(t, "new", rc.line())
+	require.Equal(t, "END", rc.line())
+}
+
 func TestMaxConnectionsRefusedCleanly(t *testing.T) {
 	p := kvdproc.Start(t, t.TempDir(), "--max-connections", "2")
 	a, b := dial(t, p.MemcacheAddr), dial(t, p.MemcacheAddr)

@@ -20,6 +20,7 @@
 package fsm
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -458,6 +459,56 @@ func (f *FSM) ExpiredBefore(nowSec int64, limit int) ([]command.KeyCAS, error) {
 		return nil, fmt.Errorf("scan expiry index: %w", err)
 	}
 	return out, nil
+}
+
+// FlushAt is the time (Unix ns) from which the last delayed flush_all hides
+// what was stored before it, 0 when no such flush is recorded.
+func (f *FSM) FlushAt() int64 { return f.flushAt.Load() }
+
+// HiddenAfter reads up to steps items in key order, strictly after after
+// (nil: from the first), and lists those hidden at nowNs, by a delayed
+// flush_all whose time has come or by their expiry, each with its CAS. It
+// is the leader's crawl for what a delayed flush_all hides: those items are
+// in no index, and stay on disk and in curr_items until deleted through the
+// log (OpExpire deletes exactly the ones still hidden at its entry's time).
+// next is the last key read, nil once the crawl has read the last item.
+func (f *FSM) HiddenAfter(after []byte, steps int, nowNs int64) (hidden []command.KeyCAS, next []byte, err error) {
+	lower := []byte{prefixData}
+	if len(after) > 0 {
+		lower = append(dataKey(nil, after), 0) // the first key after it
+	}
+	flushAt := f.flushAt.Load() // before the data, as in Get
+	f.dbMu.RLock()
+	defer f.dbMu.RUnlock()
+	if f.db == nil {
+		return nil, nil, errNoStore
+	}
+	iter, err := f.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: []byte{prefixData + 1}})
+	if err != nil {
+		return nil, nil, fmt.Errorf("crawl for hidden items: %w", err)
+	}
+	defer iter.Close()
+	var it Item
+	n := 0
+	ok := iter.First()
+	for ; ok && n < steps; ok = iter.Next() {
+		n++
+		k := iter.Key()
+		if err := decodeItem(iter.Value(), &it); err != nil {
+			return nil, nil, fmt.Errorf("crawl for hidden items: key %q: %w", k[1:], err)
+		}
+		if !visible(&it, flushAt, nowNs) {
+			hidden = append(hidden, command.KeyCAS{Key: bytes.Clone(k[1:]), CAS: it.CAS})
+		}
+		next = append(next[:0], k[1:]...)
+	}
+	if err := iter.Error(); err != nil {
+		return nil, nil, fmt.Errorf("crawl for hidden items: %w", err)
+	}
+	if !ok {
+		next = nil // read to the end
+	}
+	return hidden, next, nil
 }
 
 // Apply applies committed entries in order in one Pebble batch and returns one

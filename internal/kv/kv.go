@@ -59,6 +59,8 @@ type Store interface {
 	Get(key []byte, nowNs int64) (fsm.Item, bool, error)
 	Stats() fsm.Stats
 	ExpiredBefore(nowSec int64, limit int) ([]command.KeyCAS, error)
+	FlushAt() int64
+	HiddenAfter(after []byte, steps int, nowNs int64) (hidden []command.KeyCAS, next []byte, err error)
 	Digest() (fsm.Digest, error)
 }
 
@@ -91,6 +93,16 @@ type Service struct {
 	// space is nil while free space is not watched. Atomic: the node
 	// starts the expiry sweeper, which submits, before it guards space.
 	space atomic.Pointer[SpaceGuard]
+	// crawl is the expiry sweeper's walk through the items for those a
+	// delayed flush_all hides; only the sweeper's goroutine uses it.
+	crawl flushCrawl
+}
+
+// flushCrawl is where the crawl for one flush time stands.
+type flushCrawl struct {
+	flushAt int64  // the flush time crawled for
+	cursor  []byte // the last key read; nil: from the start
+	done    bool   // every item was read once the flush time had come
 }
 
 // New builds the service. now is the proposer's clock (time.Now in
@@ -226,6 +238,9 @@ func (s *Service) RunExpirySweeper(ctx context.Context) {
 		if err := s.sweepOnce(ctx); err != nil && ctx.Err() == nil {
 			s.logger.Warn("expiry sweep", "err", err)
 		}
+		if err := s.crawlFlushed(ctx); err != nil && ctx.Err() == nil {
+			s.logger.Warn("sweep of items a delayed flush_all hides", "err", err)
+		}
 	}
 }
 
@@ -246,6 +261,48 @@ func (s *Service) sweepOnce(ctx context.Context) error {
 		if len(due) < sweepBatch {
 			return nil
 		}
+	}
+	return nil
+}
+
+// crawlSteps bounds the items the crawl reads per call, and crawlCalls the
+// calls per tick: about 16k items a second, so that a million items hidden
+// by one delayed flush_all are deleted within a minute or two, and a tick
+// never holds the sweeper, or the store, for long.
+const (
+	crawlSteps = 4096
+	crawlCalls = 4
+)
+
+// crawlFlushed deletes, through the log, the items a delayed flush_all hides
+// now that its time has come. They are in no index: memcached leaves them to
+// its LRU crawler, and kvd, which evicts nothing, would otherwise keep them
+// on disk and in curr_items until each key is written again. One pass over
+// the items per flush time; a new leader starts its own.
+func (s *Service) crawlFlushed(ctx context.Context) error {
+	flushAt, now := s.store.FlushAt(), s.now().UnixNano()
+	if flushAt == 0 || now < flushAt {
+		return nil
+	}
+	if s.crawl.flushAt != flushAt {
+		s.crawl = flushCrawl{flushAt: flushAt}
+	}
+	for range crawlCalls {
+		if s.crawl.done {
+			return nil
+		}
+		hidden, next, err := s.store.HiddenAfter(s.crawl.cursor, crawlSteps, now)
+		if err != nil {
+			return err
+		}
+		for len(hidden) > 0 {
+			n := min(len(hidden), sweepBatch)
+			if _, err := s.Do(ctx, &command.Command{Op: command.OpExpire, Expired: hidden[:n]}); err != nil {
+				return fmt.Errorf("propose deletion of %d items: %w", n, err)
+			}
+			hidden = hidden[n:]
+		}
+		s.crawl.cursor, s.crawl.done = next, next == nil
 	}
 	return nil
 }
