@@ -238,10 +238,12 @@ func Start(cfg config.Config, logger *slog.Logger) (n *Node, err error) {
 		Admin:     n,
 		Metrics:   reg,
 	})
+	// The profiler stays outside the deadline: a trace streams for as long
+	// as it was asked to run.
+	handler = withWriteDeadline(handler, 2*cfg.RequestTimeout)
 	if cfg.EnablePprof {
 		handler = withPprof(handler)
 	}
-	handler = withWriteDeadline(handler, 2*cfg.RequestTimeout)
 	n.http = &http.Server{
 		Handler: handler,
 		// --request-timeout bounds reading a request too: a client that
@@ -453,6 +455,9 @@ func withPprof(h http.Handler) http.Handler {
 func withWriteDeadline(h http.Handler, d time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		dw := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: d}
+		// The deadline the connection's previous response left: its last
+		// bytes were written before this request was read.
+		_ = dw.rc.SetWriteDeadline(time.Time{})
 		defer dw.finish()
 		h.ServeHTTP(dw, r)
 	})
@@ -487,12 +492,12 @@ func (w *deadlineWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the server's writer.
 func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// finish lifts the deadline once the handler returns: the connection may
-// serve its next request after a pause longer than d. What is left to send
-// then is the server's last buffer, a few KiB.
+// finish bounds what the server still writes once the handler returns (its
+// buffered tail, often the whole of a small response) to d as well; the
+// next request on the connection lifts it before its handler runs.
 func (w *deadlineWriter) finish() {
-	if w.armed {
-		_ = w.rc.SetWriteDeadline(time.Time{})
+	if !w.armed {
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.d))
 	}
 }
 

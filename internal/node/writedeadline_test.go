@@ -61,3 +61,48 @@ func TestWriteDeadlineFreesHandlersOfClientsThatDoNotRead(t *testing.T) {
 		}
 	})
 }
+
+// Small responses are written by the server after the handler returns, from
+// its buffers: a client that sends request after request on one connection
+// and reads nothing must still lose the connection once those writes stall,
+// not hold it, and its goroutine, for ever.
+func TestWriteDeadlineCoversWhatTheServerWritesAfterTheHandler(t *testing.T) {
+	body := make([]byte, 1024)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(body)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := make(chan struct{}, 1)
+	srv := &http.Server{Handler: withWriteDeadline(h, time.Second), ConnState: func(_ net.Conn, s http.ConnState) {
+		if s == http.StateClosed {
+			select {
+			case closed <- struct{}{}:
+			default:
+			}
+		}
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	c, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetReadBuffer(4096))
+	go func() {
+		// Far more replies than the socket buffers hold; bounded in count
+		// and time, and ended by the server closing the connection.
+		_ = c.SetWriteDeadline(time.Now().Add(time.Minute))
+		req := []byte("GET /small HTTP/1.1\r\nHost: x\r\n\r\n")
+		for range 100000 {
+			if _, err := c.Write(req); err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case <-closed:
+	case <-time.After(time.Minute):
+		t.Fatal("the server still holds a connection whose client reads nothing")
+	}
+}
