@@ -114,7 +114,8 @@ func TestItemsADelayedFlushHidesAreDeleted(t *testing.T) {
 	rc.send("flush_all 1\r\n")
 	require.Equal(t, "OK", rc.line())
 	require.Equal(t, "3", rc.stat("curr_items"))
-	deadline := time.Now().Add(30 * time.Second)
+	// The crawl starts a request timeout (5 s) after the flush's time.
+	deadline := time.Now().Add(60 * time.Second)
 	for rc.stat("curr_items") != "0" {
 		require.True(t, time.Now().Before(deadline), "hidden items never deleted")
 		time.Sleep(100 * time.Millisecond)

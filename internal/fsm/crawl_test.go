@@ -27,7 +27,7 @@ func TestCrawlFindsWhatADelayedFlushHides(t *testing.T) {
 	a.do(command.Command{Op: command.OpSet, Key: []byte("z"), Value: []byte("new"), Stamp: t0 + 11e9})
 
 	t.Run("before the flush time nothing is hidden", func(t *testing.T) {
-		hidden, next, err := f.HiddenAfter(nil, 100, t0+5e9)
+		hidden, next, err := f.HiddenAfter(nil, 100, 1<<20, t0+5e9)
 		require.NoError(t, err)
 		require.Empty(t, hidden)
 		require.Nil(t, next, "one call read every item")
@@ -38,7 +38,7 @@ func TestCrawlFindsWhatADelayedFlushHides(t *testing.T) {
 	var cursor []byte
 	calls := 0
 	for {
-		hidden, next, err := f.HiddenAfter(cursor, 3, now)
+		hidden, next, err := f.HiddenAfter(cursor, 3, 1<<20, now)
 		require.NoError(t, err)
 		found = append(found, hidden...)
 		calls++
@@ -60,8 +60,15 @@ func TestCrawlFindsWhatADelayedFlushHides(t *testing.T) {
 	st := f.Stats()
 	require.Equal(t, int64(2), st.Items, "k05 and z are left")
 	require.Equal(t, int64(2*len("new")), st.Bytes)
-	hidden, next, err := f.HiddenAfter(nil, 100, now)
+	hidden, next, err := f.HiddenAfter(nil, 100, 1<<20, now)
 	require.NoError(t, err)
 	require.Empty(t, hidden)
 	require.Nil(t, next)
+
+	t.Run("a call stops after its bytes", func(t *testing.T) {
+		// Each item and key is a few bytes: 1 byte of budget reads one.
+		_, next, err := f.HiddenAfter(nil, 100, 1, now)
+		require.NoError(t, err)
+		require.Equal(t, "k05", string(next))
+	})
 }

@@ -465,14 +465,16 @@ func (f *FSM) ExpiredBefore(nowSec int64, limit int) ([]command.KeyCAS, error) {
 // what was stored before it, 0 when no such flush is recorded.
 func (f *FSM) FlushAt() int64 { return f.flushAt.Load() }
 
-// HiddenAfter reads up to steps items in key order, strictly after after
-// (nil: from the first), and lists those hidden at nowNs, by a delayed
+// HiddenAfter reads up to steps items, and values of at most about maxBytes
+// (values of a kilobyte and more live in blob files, read whole with their
+// item), in key order, strictly after after (nil: from the first), and
+// lists those hidden at nowNs, by a delayed
 // flush_all whose time has come or by their expiry, each with its CAS. It
 // is the leader's crawl for what a delayed flush_all hides: those items are
 // in no index, and stay on disk and in curr_items until deleted through the
 // log (OpExpire deletes exactly the ones still hidden at its entry's time).
 // next is the last key read, nil once the crawl has read the last item.
-func (f *FSM) HiddenAfter(after []byte, steps int, nowNs int64) (hidden []command.KeyCAS, next []byte, err error) {
+func (f *FSM) HiddenAfter(after []byte, steps int, maxBytes int64, nowNs int64) (hidden []command.KeyCAS, next []byte, err error) {
 	lower := []byte{prefixData}
 	if len(after) > 0 {
 		lower = append(dataKey(nil, after), 0) // the first key after it
@@ -489,12 +491,13 @@ func (f *FSM) HiddenAfter(after []byte, steps int, nowNs int64) (hidden []comman
 	}
 	defer iter.Close()
 	var it Item
-	n := 0
+	n, read := 0, int64(0)
 	ok := iter.First()
-	for ; ok && n < steps; ok = iter.Next() {
+	for ; ok && n < steps && read < maxBytes; ok = iter.Next() {
 		n++
-		k := iter.Key()
-		if err := decodeItem(iter.Value(), &it); err != nil {
+		k, v := iter.Key(), iter.Value()
+		read += int64(len(k) + len(v))
+		if err := decodeItem(v, &it); err != nil {
 			return nil, nil, fmt.Errorf("crawl for hidden items: key %q: %w", k[1:], err)
 		}
 		if !visible(&it, flushAt, nowNs) {

@@ -60,7 +60,7 @@ type Store interface {
 	Stats() fsm.Stats
 	ExpiredBefore(nowSec int64, limit int) ([]command.KeyCAS, error)
 	FlushAt() int64
-	HiddenAfter(after []byte, steps int, nowNs int64) (hidden []command.KeyCAS, next []byte, err error)
+	HiddenAfter(after []byte, steps int, maxBytes int64, nowNs int64) (hidden []command.KeyCAS, next []byte, err error)
 	Digest() (fsm.Digest, error)
 }
 
@@ -265,23 +265,37 @@ func (s *Service) sweepOnce(ctx context.Context) error {
 	return nil
 }
 
-// crawlSteps bounds the items the crawl reads per call, and crawlCalls the
-// calls per tick: about 16k items a second, so that a million items hidden
-// by one delayed flush_all are deleted within a minute or two, and a tick
-// never holds the sweeper, or the store, for long.
+// crawlSteps and crawlBytes bound the items and the bytes the crawl reads
+// per call, and crawlCalls the calls per tick: about 16k items or 32 MiB a
+// second, so that a million small items hidden by one delayed flush_all
+// are deleted within a minute or two, and a tick never holds the sweeper,
+// or the disk, for long. crawlWindow bounds how long after a flush's time
+// a leader crawls for it: each new leader crawls again (where the last one
+// got to is not replicated), and a flush_all long past must not make every
+// election read the whole store.
 const (
-	crawlSteps = 4096
-	crawlCalls = 4
+	crawlSteps  = 4096
+	crawlBytes  = 8 << 20
+	crawlCalls  = 4
+	crawlWindow = time.Hour
 )
 
 // crawlFlushed deletes, through the log, the items a delayed flush_all hides
 // now that its time has come. They are in no index: memcached leaves them to
 // its LRU crawler, and kvd, which evicts nothing, would otherwise keep them
 // on disk and in curr_items until each key is written again. One pass over
-// the items per flush time; a new leader starts its own.
+// the items per flush time; a new leader starts its own. The pass starts a
+// request timeout after the flush's time: a write proposed on a node whose
+// clock lags may still be stamped before it, and is hidden as soon as it is
+// stored.
 func (s *Service) crawlFlushed(ctx context.Context) error {
 	flushAt, now := s.store.FlushAt(), s.now().UnixNano()
-	if flushAt == 0 || now < flushAt {
+	if flushAt == 0 {
+		s.crawl = flushCrawl{} // an immediate flush_all deleted everything
+		return nil
+	}
+	start := flushAt + int64(s.cfg.RequestTimeout)
+	if now < start || now > start+int64(crawlWindow) {
 		return nil
 	}
 	if s.crawl.flushAt != flushAt {
@@ -291,7 +305,7 @@ func (s *Service) crawlFlushed(ctx context.Context) error {
 		if s.crawl.done {
 			return nil
 		}
-		hidden, next, err := s.store.HiddenAfter(s.crawl.cursor, crawlSteps, now)
+		hidden, next, err := s.store.HiddenAfter(s.crawl.cursor, crawlSteps, crawlBytes, now)
 		if err != nil {
 			return err
 		}
