@@ -22,11 +22,27 @@ import (
 // change the replicas' configuration.
 func startTrio(t *testing.T, net *transport.MemNetwork, wrap func(NodeID, Transport) Transport, tweaks ...func(*Config)) ([]*Replica, int) {
 	t.Helper()
+	return startTrioWith(t, net, nil, wrap, tweaks...)
+}
+
+// trioParts gives node i the raft log and state machine it runs on, given
+// a fresh log in memory (closed by the test's cleanup).
+type trioParts func(i int, l *raftlog.Log) (LogStore, StateMachine)
+
+// startTrioWith is startTrio with the nodes' logs and state machines from
+// parts (nil: the fresh log itself and an echoSM).
+func startTrioWith(t *testing.T, net *transport.MemNetwork, parts trioParts, wrap func(NodeID, Transport) Transport, tweaks ...func(*Config)) ([]*Replica, int) {
+	t.Helper()
 	peers := []NodeID{1, 2, 3}
 	reps := make([]*Replica, len(peers))
 	for i, id := range peers {
 		l, err := raftlog.Open("raft", nil, raftlog.Options{FS: vfs.NewMem()})
 		require.NoError(t, err)
+		var log LogStore = l
+		var sm StateMachine = &echoSM{}
+		if parts != nil {
+			log, sm = parts(i, l)
+		}
 		h := &LateHandler{}
 		tr := net.Transport(uint64(id), h)
 		var rt Transport = tr
@@ -39,7 +55,7 @@ func startTrio(t *testing.T, net *transport.MemNetwork, wrap func(NodeID, Transp
 		for _, tweak := range tweaks {
 			tweak(&cfg)
 		}
-		r, err := Start(cfg, l, &echoSM{}, rt, slog.New(slog.DiscardHandler))
+		r, err := Start(cfg, log, sm, rt, slog.New(slog.DiscardHandler))
 		require.NoError(t, err)
 		h.Bind(r)
 		reps[i] = r

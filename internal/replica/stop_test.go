@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/raft/v3/raftpb"
 
@@ -54,37 +52,12 @@ func (s *seenSM) Apply(ents []Entry) ([]Applied, error) {
 func TestFailedLeaderFsyncReportsUnknownOutcome(t *testing.T) {
 	net := transport.NewMemNetwork()
 	defer net.Close()
-	peers := []NodeID{1, 2, 3}
-	reps := make([]*Replica, len(peers))
-	logs := make([]*failingLog, len(peers))
-	sms := make([]*seenSM, len(peers))
-	for i, id := range peers {
-		l, err := raftlog.Open("raft", nil, raftlog.Options{FS: vfs.NewMem()})
-		require.NoError(t, err)
+	logs := make([]*failingLog, 3)
+	sms := make([]*seenSM, 3)
+	reps, lead := startTrioWith(t, net, func(i int, l *raftlog.Log) (LogStore, StateMachine) {
 		logs[i], sms[i] = &failingLog{Log: l}, &seenSM{}
-		h := &LateHandler{}
-		tr := net.Transport(uint64(id), h)
-		cfg := Config{ID: id, Peers: peers, TickInterval: 10 * time.Millisecond, ElectionTicks: 30}
-		r, err := Start(cfg, logs[i], sms[i], tr, slog.New(slog.DiscardHandler))
-		require.NoError(t, err)
-		h.Bind(r)
-		reps[i] = r
-		t.Cleanup(func() {
-			r.Stop()
-			require.NoError(t, tr.Close())
-			require.NoError(t, l.Close())
-		})
-	}
-	lead := -1
-	require.Eventually(t, func() bool {
-		for i, r := range reps {
-			if st := r.Status(); st.Ready && st.Leader == st.ID {
-				lead = i
-				return true
-			}
-		}
-		return false
-	}, 10*time.Second, 5*time.Millisecond)
+		return logs[i], sms[i]
+	}, nil)
 
 	logs[lead].fail.Store(true)
 	const reqID = 77
