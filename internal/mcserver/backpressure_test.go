@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -79,33 +78,6 @@ func TestPipelinedGatsWaitForTheClient(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "END\r\n", end, "gat %d", g)
 	}
-}
-
-// TestIdleConnectionKeepsNoReply: a connection whose last command was a
-// gat keeps nothing of its reply once it is written. The connection kept
-// the reply (for the read barrier of its next get), and with it the
-// rendered values: 16 MiB for a gat of 16 keys of a 1 MiB item, held by
-// every idle connection until it sent a get.
-func TestIdleConnectionKeepsNoReply(t *testing.T) {
-	_, addr := ownServer(t, mcserver.Config{})
-	c := dial(t, addr)
-	value := strings.Repeat("v", 1<<20)
-	require.Equal(t, []string{"STORED"}, c.do(fmt.Sprintf("set big 0 0 %d\r\n%s\r\n", len(value), value), "STORED"))
-	reply := c.do("gat 0" + strings.Repeat(" big", 16) + "\r\n")
-	require.Len(t, reply, 2*16+1)
-	reply = nil
-	heap := func() uint64 {
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return ms.HeapAlloc
-	}
-	held := heap()
-	// A get waits for the connection's earlier writes and lets go of them.
-	require.Equal(t, []string{"END"}, c.do("get nothing\r\n"))
-	after := heap()
-	freed := int64(held) - int64(after)
-	require.Less(t, freed, int64(8<<20), "the idle connection held %d bytes of its last reply", freed)
 }
 
 // TestPipelinedStatsWaitForTheClient: replies queued behind a write count
