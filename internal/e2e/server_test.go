@@ -46,6 +46,23 @@ func (rc *rawConn) line() string {
 	return strings.TrimSuffix(l, "\r\n")
 }
 
+// waitStat polls (bounded by within) until the general stat name reads
+// want: counters that apply maintains move when the leader's sweeps land.
+func (rc *rawConn) waitStat(name, want string, within time.Duration) {
+	rc.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		// The connection's own deadline must not end the wait first.
+		require.NoError(rc.t, rc.c.SetDeadline(time.Now().Add(30*time.Second)))
+		got := rc.stat(name)
+		if got == want {
+			return
+		}
+		require.True(rc.t, time.Now().Before(deadline), "%s is %s after %v, want %s", name, got, within, want)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // stat returns one general stat.
 func (rc *rawConn) stat(name string) string {
 	rc.t.Helper()
@@ -88,13 +105,8 @@ func TestExpiredItemsAreSweptThroughTheLog(t *testing.T) {
 	require.Equal(t, "STORED", rc.line())
 	require.Equal(t, "STORED", rc.line())
 	require.Equal(t, "2", rc.stat("curr_items"))
-	// The leader's sweep proposes the delete once the item is due; poll
-	// (bounded) until curr_items, maintained by apply, shows it.
-	deadline := time.Now().Add(15 * time.Second)
-	for rc.stat("curr_items") != "1" {
-		require.True(t, time.Now().Before(deadline), "expired item never swept")
-		time.Sleep(100 * time.Millisecond)
-	}
+	// The leader's sweep proposes the delete once the item is due.
+	rc.waitStat("curr_items", "1", 15*time.Second)
 	rc.send("get short long\r\n")
 	require.Equal(t, "VALUE long 0 1", rc.line())
 	require.Equal(t, "y", rc.line())
@@ -115,11 +127,7 @@ func TestItemsADelayedFlushHidesAreDeleted(t *testing.T) {
 	require.Equal(t, "OK", rc.line())
 	require.Equal(t, "3", rc.stat("curr_items"))
 	// The crawl starts a request timeout (5 s) after the flush's time.
-	deadline := time.Now().Add(60 * time.Second)
-	for rc.stat("curr_items") != "0" {
-		require.True(t, time.Now().Before(deadline), "hidden items never deleted")
-		time.Sleep(100 * time.Millisecond)
-	}
+	rc.waitStat("curr_items", "0", 60*time.Second)
 	require.Equal(t, "0", rc.stat("bytes"))
 	rc.send("set new 0 0 3\r\nnew\r\nget old0 new\r\n")
 	require.Equal(t, "STORED", rc.line())
