@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvd-project/kvd/internal/cli"
 	"github.com/kvd-project/kvd/internal/httpapi"
 	"github.com/kvd-project/kvd/internal/testutil/kvdproc"
 )
@@ -147,6 +150,14 @@ func TestMembershipAddTransferRemove(t *testing.T) {
 	}
 	t.Logf("%d writes acknowledged during the changes, all present", len(acked))
 	requireSameDigest(t, procs[0], n4)
+
+	// n3 was removed while it was down. Started again, it learns so from
+	// the leader, which refuses its connection as a non-member, and stops
+	// with the removed member's exit status instead of waiting, not ready,
+	// for a leader that will never send it anything.
+	code, log := procs[2].RunAgain(30 * time.Second)
+	require.Equal(t, cli.ExitRemoved, code, "n3 started again after its removal:\n%s", log)
+	require.Contains(t, log, "removed from the cluster while it was away")
 }
 
 // load writes unique keys over the given servers until stopped and
@@ -325,17 +336,35 @@ func TestRejoinUnderTheSameName(t *testing.T) {
 	gone := procs[(lead+1)%3]
 	out, err := kvdCLI(t, "cluster", "remove", gone.Name, "--endpoints", procs[lead].HTTPAddr)
 	require.NoError(t, err, out)
+	// The leader answers once it applied the removal: its entry is at or
+	// before this.
+	removedBy := clusterStatus(t, procs[lead]).Applied
 	select {
 	case <-gone.Exited():
 	case <-time.After(15 * time.Second):
 		t.Fatalf("%s still running 15s after its removal", gone.Name)
 	}
+	require.Equal(t, cli.ExitRemoved, gone.ExitCode(), gone.Log.String())
+	// Started again on its data, it stops again, as the systemd unit's
+	// RestartPreventExitStatus expects.
+	code, log := gone.RunAgain(30 * time.Second)
+	require.Equal(t, cli.ExitRemoved, code, "%s started again after its removal:\n%s", gone.Name, log)
+	require.Contains(t, log, "removed from the cluster")
 	setUntilOK(t, procs[lead].MemcacheAddr, "between", "v", 10*time.Second)
 
 	back := kvdproc.Launch(t, filepath.Join(t.TempDir(), gone.Name+"-again"), gone.Name,
 		"--peer-addr", kvdproc.FreeAddr(t), "--join", "http://"+procs[lead].HTTPAddr)
 	back.WaitReady()
 	waitMember(t, procs[lead], gone.Name, "voter", 30*time.Second)
+	// It keeps the point its membership starts from, after its removal:
+	// before that point, being left out of a configuration is history.
+	var saved struct {
+		AddedAt uint64 `json:"added_at"`
+	}
+	b, err := os.ReadFile(filepath.Join(back.DataDir, "cluster.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &saved))
+	require.Greater(t, saved.AddedAt, removedBy, "cluster.json: %s", b)
 	// Still a member a while later, serving reads and writes.
 	time.Sleep(time.Second)
 	select {

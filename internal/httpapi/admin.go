@@ -48,6 +48,11 @@ type JoinInfo struct {
 	// BootstrapVoters is the configuration the cluster's log starts from
 	// (hex IDs): the new member's empty log must start from the same one.
 	BootstrapVoters []string `json:"bootstrap_voters"`
+	// AddedAt is a raft index at or after the one that added the new
+	// member (0 from a kvd that does not say). A member is removed if a
+	// configuration applied at or after it leaves the member out; before
+	// it, the member is a joiner not yet caught up.
+	AddedAt uint64 `json:"added_at,omitempty"`
 }
 
 // JoinMember is one member in a JoinInfo.

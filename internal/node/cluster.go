@@ -24,6 +24,10 @@ type membership struct {
 	// Bootstrap is the voter set the cluster's log starts from, for a member
 	// that joined later (founding members: the IDs of Members).
 	Bootstrap []uint64 `json:"bootstrap_voters,omitempty"`
+	// AddedAt, for a member that joined later, is a raft index at or
+	// after the change that added it (0: unknown, a join answered by an
+	// older kvd). See removal.go.
+	AddedAt uint64 `json:"added_at,omitempty"`
 }
 
 func (m *membership) bootstrapVoters() []uint64 {

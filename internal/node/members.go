@@ -120,7 +120,12 @@ func (n *Node) watchMembers(ctx context.Context) {
 	for {
 		st := n.rep.Status()
 		if st.Removed {
-			n.removedOnce.Do(func() { close(n.removed) })
+			n.markRemoved()
+			return
+		}
+		if at, ok := n.removedBefore(st); ok {
+			n.logger.Error("this member was removed from the cluster: the configuration it has applied leaves it out", "applied", st.Applied, "member_since", at)
+			n.markRemoved()
 			return
 		}
 		if err := n.syncPeers(st); err != nil {
@@ -198,6 +203,7 @@ func (n *Node) newTransport(peers map[uint64]string) (*transport.TCP, error) {
 		ClusterID: n.ms.ClusterID, LocalID: uint64(IDOf(n.cfg.Name)), ListenAddr: n.cfg.PeerAddr, Peers: peers,
 		// Snapshots are staged in the data dir, beside state/ they replace.
 		Snapshots: n.state, SnapshotDir: n.cfg.DataDir,
+		NotMember: n.notMember, OnNotMember: n.onNotMember,
 	}, n.inbound, n.logger.With("component", "transport"))
 }
 
@@ -255,7 +261,9 @@ func (n *Node) AddMember(ctx context.Context, m httpapi.MemberInfo) (httpapi.Joi
 	st := n.rep.Status()
 	if slices.Contains(st.Voters, id) || slices.Contains(st.Learners, id) {
 		if have, ok := n.rows()[uint64(id)]; ok && have.PeerAddr == m.PeerAddr {
-			return n.joinInfo(id), nil
+			// The status that lists the member was published after its
+			// addition was applied: its applied index is at or after it.
+			return n.joinInfo(id, st.Applied), nil
 		}
 		return httpapi.JoinInfo{}, fmt.Errorf("%w: %s", kv.ErrMemberExists, m.Name)
 	}
@@ -265,17 +273,18 @@ func (n *Node) AddMember(ctx context.Context, m httpapi.MemberInfo) (httpapi.Joi
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
 	defer cancel()
-	if err := n.rep.ChangeMember(ctx, newRequestID(), replica.AddLearner, id, b, false); err != nil {
+	added, err := n.rep.ChangeMember(ctx, newRequestID(), replica.AddLearner, id, b, false)
+	if err != nil {
 		return httpapi.JoinInfo{}, err
 	}
-	n.logger.Info("added member as learner", "name", m.Name, "id", fmt.Sprintf("%x", id), "peer_addr", m.PeerAddr)
-	return n.joinInfo(id), nil
+	n.logger.Info("added member as learner", "name", m.Name, "id", fmt.Sprintf("%x", id), "peer_addr", m.PeerAddr, "index", added)
+	return n.joinInfo(id, added), nil
 }
 
-func (n *Node) joinInfo(id replica.NodeID) httpapi.JoinInfo {
+func (n *Node) joinInfo(id replica.NodeID, addedAt uint64) httpapi.JoinInfo {
 	st := n.rep.Status()
 	rows := n.rows()
-	info := httpapi.JoinInfo{ClusterID: strconv.FormatUint(n.ms.ClusterID, 16), ID: strconv.FormatUint(uint64(id), 16)}
+	info := httpapi.JoinInfo{ClusterID: strconv.FormatUint(n.ms.ClusterID, 16), ID: strconv.FormatUint(uint64(id), 16), AddedAt: addedAt}
 	for _, x := range slices.Concat(st.Voters, st.Learners) {
 		r := rows[uint64(x)]
 		info.Members = append(info.Members, httpapi.JoinMember{ID: strconv.FormatUint(uint64(x), 16), Name: r.Name, PeerAddr: r.PeerAddr})
@@ -291,7 +300,7 @@ func (n *Node) RemoveMember(ctx context.Context, name string, force bool) error 
 	id := n.idOfName(name)
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RequestTimeout)
 	defer cancel()
-	if err := n.rep.ChangeMember(ctx, newRequestID(), replica.RemoveMember, id, nil, force); err != nil {
+	if _, err := n.rep.ChangeMember(ctx, newRequestID(), replica.RemoveMember, id, nil, force); err != nil {
 		return err
 	}
 	n.logger.Info("removed member", "name", name, "id", fmt.Sprintf("%x", id), "forced", force)
@@ -387,6 +396,7 @@ func joinCluster(ctx context.Context, cfg config.Config, adv advertised, path st
 	if len(m.Bootstrap) == 0 {
 		return nil, fmt.Errorf("join %s: the answer names no bootstrap voters", cfg.Join)
 	}
+	m.AddedAt = info.AddedAt
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return nil, err

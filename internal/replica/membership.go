@@ -83,14 +83,15 @@ func (r *Replica) do(ctx context.Context, f func() error) error {
 }
 
 // ChangeMember proposes a configuration change and waits until it is
-// applied on this node. Only the leader accepts one: it alone knows whether
-// the change is safe. Removing a voter is refused with ErrQuorumAtRisk when
-// the voters left that the leader hears from would be fewer than their
-// quorum, unless force is set.
-func (r *Replica) ChangeMember(ctx context.Context, reqID uint64, typ ConfChangeType, id NodeID, context []byte, force bool) error {
+// applied on this node, and returns the index of the change's entry. Only
+// the leader accepts one: it alone knows whether the change is safe.
+// Removing a voter is refused with ErrQuorumAtRisk when the voters left that
+// the leader hears from would be fewer than their quorum, unless force is
+// set.
+func (r *Replica) ChangeMember(ctx context.Context, reqID uint64, typ ConfChangeType, id NodeID, context []byte, force bool) (uint64, error) {
 	ch, ok := r.waits.register(reqID)
 	if !ok {
-		return fmt.Errorf("change member: duplicate request ID %x", reqID)
+		return 0, fmt.Errorf("change member: duplicate request ID %x", reqID)
 	}
 	defer r.waits.cancel(reqID)
 	err := r.do(ctx, func() error {
@@ -138,23 +139,27 @@ func (r *Replica) ChangeMember(ctx context.Context, reqID uint64, typ ConfChange
 		return nil
 	})
 	if err != nil {
-		return err
+		return 0, err
 	}
+	var o Outcome
 	select {
-	case o := <-ch:
-		return o.Err
+	case o = <-ch:
 	case <-ctx.Done():
-		return ErrConfChangeTimeout
+		return 0, ErrConfChangeTimeout
 	case <-r.done:
 		// The loop answered every waiter before it closed done: a change
 		// raft took says so (ErrUnknownOutcome), which done alone cannot.
 		select {
-		case o := <-ch:
-			return o.Err
+		case o = <-ch:
 		default:
-			return ErrStopped
+			return 0, ErrStopped
 		}
 	}
+	if o.Err != nil {
+		return 0, o.Err
+	}
+	index, _ := o.Result.(uint64)
+	return index, nil
 }
 
 // removalSafe checks that after removing id the voters the leader hears from

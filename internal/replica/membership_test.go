@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvd-project/kvd/internal/transport"
 )
 
 // TestLastVoterIsNeverRemoved: raft stops a node that applies a
@@ -16,7 +18,7 @@ func TestLastVoterIsNeverRemoved(t *testing.T) {
 	r := startSolo(t, 0)
 	for i, force := range []bool{false, true} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := r.ChangeMember(ctx, uint64(100+i), RemoveMember, 1, nil, force)
+		_, err := r.ChangeMember(ctx, uint64(100+i), RemoveMember, 1, nil, force)
 		cancel()
 		require.ErrorIs(t, err, ErrLastVoter, "force=%v", force)
 	}
@@ -28,4 +30,22 @@ func TestLastVoterIsNeverRemoved(t *testing.T) {
 	require.NoError(t, err)
 	_, err = p.Wait(ctx, time.Time{})
 	require.NoError(t, err)
+}
+
+// TestChangeMemberReturnsItsIndex: a change answers with the index of its
+// own entry, which a joiner keeps as the point its membership starts from.
+func TestChangeMemberReturnsItsIndex(t *testing.T) {
+	net := transport.NewMemNetwork()
+	defer net.Close()
+	reps, lead := startTrio(t, net, nil)
+	r := reps[lead]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// A learner that never starts: the leader only queues messages for it.
+	added, err := r.ChangeMember(ctx, 300, AddLearner, 4, nil, false)
+	require.NoError(t, err)
+	require.NotZero(t, added)
+	removed, err := r.ChangeMember(ctx, 301, RemoveMember, 4, nil, false)
+	require.NoError(t, err)
+	require.Equal(t, added+1, removed, "no other entry was proposed between the two")
 }

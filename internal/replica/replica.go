@@ -1094,7 +1094,7 @@ func (r *Replica) applyConfChange(e *pb.Entry) (*ConfChange, error) {
 		return nil, nil
 	}
 	if id := c.GetId(); id != 0 {
-		r.waits.trigger(id, Outcome{})
+		r.waits.trigger(id, Outcome{Result: e.GetIndex()})
 	}
 	return out, nil
 }

@@ -81,6 +81,21 @@ type Config struct {
 	// (default 30m); each read or write within it may stall at most 30s,
 	// except the sender's wait for the receiver's verdict (at most 2m).
 	SnapshotTimeout time.Duration
+
+	// NotMember, when set, is asked about every sender whose handshake is
+	// otherwise acceptable. Refusing (refuse true) answers the handshake
+	// with "not a member" and applied, the index as of which the sender is
+	// not in the configuration, and closes the connection. kvd refuses only
+	// as the leader, whose applied configuration is the cluster's: a
+	// follower still catching up could otherwise refuse the very leader it
+	// needs to hear from.
+	NotMember func(from uint64) (applied uint64, refuse bool)
+	// OnNotMember, when set, is called from the peer's writer goroutine
+	// when peer refused our connection as coming from a non-member, with
+	// the index it gave. It must not block. Whether that means this node
+	// was removed is the caller's judgement: a joiner may dial a leader
+	// that has not applied its addition yet.
+	OnNotMember func(peer, applied uint64)
 }
 
 func (c *Config) setDefaults() {

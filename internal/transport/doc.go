@@ -60,13 +60,23 @@
 //	magic   [4]byte  "kvdP"
 //	version uint16   the acceptor's version
 //	status  uint16   0 ok, 1 unsupported version, 2 cluster ID mismatch,
-//	                 3 wrong node, 4 invalid sender, 5 malformed
+//	                 3 wrong node, 4 invalid sender, 5 malformed,
+//	                 6 not a member
 //	cluster uint64   the acceptor's cluster ID
 //	id      uint64   the acceptor's node ID
 //
-// On a status other than 0 both sides log the reason at warn and the
-// acceptor closes the connection; a hello with a bad magic is closed without
-// an answer. After an accepted handshake the dialer sends frames:
+// Status 6 is followed by one more field, applied uint64: the acceptor's
+// applied index, as of which its configuration leaves the dialer out. Only
+// an acceptor given Config.NotMember answers it (kvd's leader does), and
+// the dialer hands the index to Config.OnNotMember: a member removed while
+// it was down learns so when it dials the leader (etcd's peers answer a
+// removed member likewise). A dialer of an older build reads the 24 bytes
+// and logs an unknown status.
+//
+// On a status other than 0 both sides log the reason at warn (status 6 at
+// debug on the acceptor, which a removed member would otherwise flood) and
+// the acceptor closes the connection; a hello with a bad magic is closed
+// without an answer. After an accepted handshake the dialer sends frames:
 //
 //	length  uint32   body length, 1..MaxFrameSize (64 MiB), checked before
 //	                 anything is allocated

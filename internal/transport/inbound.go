@@ -31,7 +31,13 @@ func (t *TCP) serveInbound(conn net.Conn) {
 
 	h, err := t.acceptHandshake(conn)
 	if err != nil {
-		if t.ctx.Err() == nil {
+		switch {
+		case t.ctx.Err() != nil:
+		case errors.Is(err, errNotMember):
+			// A removed member redials after every backoff until it
+			// learns why; one line per attempt would flood the log.
+			t.log.Debug("refused peer connection", "remote", remote, "err", err)
+		default:
 			t.log.Warn("refused peer connection", "remote", remote, "err", err)
 		}
 		return
@@ -86,8 +92,17 @@ func (t *TCP) acceptHandshake(conn net.Conn) (hello, error) {
 	}
 	status := checked.check(t.cfg.ClusterID, t.cfg.LocalID)
 	resp := response{Version: ProtocolVersion, Status: status, ClusterID: t.cfg.ClusterID, ID: t.cfg.LocalID}
+	if status == statusOK && t.cfg.NotMember != nil {
+		if applied, refuse := t.cfg.NotMember(h.From); refuse {
+			resp.Status, resp.Applied = statusNotMember, applied
+			status = statusNotMember
+		}
+	}
 	if _, err := conn.Write(resp.marshal()); err != nil {
 		return hello{}, fmt.Errorf("answering handshake: %w", err)
+	}
+	if status == statusNotMember {
+		return hello{}, fmt.Errorf("%w: sender %d, as of applied index %d", errNotMember, h.From, resp.Applied)
 	}
 	if status != statusOK {
 		return hello{}, fmt.Errorf("%s: sender %d (version %d, cluster ID %d, addressed node %d); we are node %d of cluster %d",

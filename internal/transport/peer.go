@@ -191,9 +191,14 @@ type refusedError struct {
 	status    uint16
 	clusterID uint64
 	id        uint64
+	applied   uint64 // with statusNotMember
 }
 
 func (e *refusedError) Error() string {
+	if e.status == statusNotMember {
+		return fmt.Sprintf("peer refused the connection: %s as of its applied index %d (node ID %d)",
+			statusText(e.status), e.applied, e.id)
+	}
 	return fmt.Sprintf("peer refused the connection: %s (its cluster ID %d, node ID %d)",
 		statusText(e.status), e.clusterID, e.id)
 }
@@ -213,6 +218,9 @@ func (w *writer) connect() error {
 		p.c.dialFailures.Add(1)
 		if p.ctx.Err() == nil {
 			w.logFailure("cannot connect to peer", err)
+			if re := (*refusedError)(nil); errors.As(err, &re) && re.status == statusNotMember && cfg.OnNotMember != nil {
+				cfg.OnNotMember(p.id, re.applied)
+			}
 		}
 		return err
 	}
@@ -358,7 +366,7 @@ func dialPeer(ctx context.Context, addr string, timeout time.Duration, h hello) 
 	}
 	if resp.Status != statusOK {
 		conn.Close()
-		return nil, 0, &refusedError{status: resp.Status, clusterID: resp.ClusterID, id: resp.ID}
+		return nil, 0, &refusedError{status: resp.Status, clusterID: resp.ClusterID, id: resp.ID, applied: resp.Applied}
 	}
 	conn.SetDeadline(time.Time{})
 	return conn, rtt, nil

@@ -485,3 +485,48 @@ func TestTCPSharedEntriesAcrossPeers(t *testing.T) {
 		checkSequence(t, "1 → follower", r.from(1), 200)
 	}
 }
+
+// TestTCPNotMemberRefusal: an acceptor whose NotMember refuses a sender
+// answers with its applied index, which reaches the sender's OnNotMember;
+// the refused sender delivers nothing, and a sender NotMember accepts is
+// unaffected.
+func TestTCPNotMemberRefusal(t *testing.T) {
+	checkNoLeak(t)
+	var log2 logBuffer
+	rec1, rec2, rec3 := newRecorder(), newRecorder(), newRecorder()
+	cfg2 := fastConfig(7, 2, nil)
+	cfg2.NotMember = func(from uint64) (uint64, bool) { return 4242, from == 1 }
+	t2 := newTCP(t, cfg2, rec2, newLogger(&log2))
+
+	type report struct{ peer, applied uint64 }
+	reports := make(chan report, 16)
+	cfg1 := fastConfig(7, 1, map[uint64]string{2: t2.Addr()})
+	cfg1.OnNotMember = func(peer, applied uint64) {
+		select {
+		case reports <- report{peer, applied}:
+		default:
+		}
+	}
+	t1 := newTCP(t, cfg1, rec1, nil)
+	t3 := newTCP(t, fastConfig(7, 3, map[uint64]string{2: t2.Addr()}), rec3, nil)
+
+	t1.Send([]*pb.Message{app(1, 2, 1)})
+	select {
+	case r := <-reports:
+		if r != (report{2, 4242}) {
+			t.Fatalf("OnNotMember(%d, %d), want (2, 4242)", r.peer, r.applied)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnNotMember was not called")
+	}
+	waitFor(t, "the refusal logged at debug", func() bool {
+		return log2.contains("level=DEBUG msg=\"refused peer connection\"") && log2.contains("as of applied index 4242")
+	})
+
+	// Node 3 is a member: its messages arrive.
+	t3.Send([]*pb.Message{app(3, 2, 1)})
+	waitFor(t, "node 3's message delivered", func() bool { return rec2.count(3) == 1 })
+	if n := rec2.count(1); n != 0 {
+		t.Fatalf("refused sender delivered %d messages", n)
+	}
+}

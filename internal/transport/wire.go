@@ -37,6 +37,11 @@ const (
 	statusWrongNode    uint16 = 3 // the dialer addressed another node ID
 	statusBadSender    uint16 = 4 // sender ID is 0 or the receiver's own ID
 	statusBadHandshake uint16 = 5 // reserved flags set
+	// statusNotMember: the receiver leads the cluster and the sender is not
+	// in the configuration it has applied; the response is followed by the
+	// receiver's applied index (uint64), from which the sender can tell
+	// whether it was removed or is a joiner the leader has not applied yet.
+	statusNotMember uint16 = 6
 )
 
 func statusText(s uint16) string {
@@ -53,6 +58,8 @@ func statusText(s uint16) string {
 		return "invalid sender ID"
 	case statusBadHandshake:
 		return "malformed handshake"
+	case statusNotMember:
+		return "not a member of the cluster"
 	}
 	return fmt.Sprintf("unknown status %d", s)
 }
@@ -60,6 +67,9 @@ func statusText(s uint16) string {
 // errProtocol marks a peer that broke the wire format; its connection is
 // closed. Everything a reader rejects wraps it.
 var errProtocol = errors.New("peer protocol violation")
+
+// errNotMember marks a handshake refused because the sender is not a member.
+var errNotMember = errors.New("not a member of the cluster")
 
 // hello is the dialer's half of the handshake.
 type hello struct {
@@ -113,15 +123,21 @@ type response struct {
 	Status    uint16
 	ClusterID uint64
 	ID        uint64
+	// Applied follows a statusNotMember response: the index as of which
+	// the receiver's configuration leaves the sender out.
+	Applied uint64
 }
 
 func (r response) marshal() []byte {
-	b := make([]byte, responseSize)
+	b := make([]byte, responseSize, responseSize+8)
 	copy(b, magic[:])
 	binary.BigEndian.PutUint16(b[4:], r.Version)
 	binary.BigEndian.PutUint16(b[6:], r.Status)
 	binary.BigEndian.PutUint64(b[8:], r.ClusterID)
 	binary.BigEndian.PutUint64(b[16:], r.ID)
+	if r.Status == statusNotMember {
+		b = binary.BigEndian.AppendUint64(b, r.Applied)
+	}
 	return b
 }
 
@@ -133,12 +149,22 @@ func readResponse(rd io.Reader) (response, error) {
 	if [4]byte(b[:4]) != magic {
 		return response{}, fmt.Errorf("%w: bad handshake response magic %q", errProtocol, b[:4])
 	}
-	return response{
+	r := response{
 		Version:   binary.BigEndian.Uint16(b[4:]),
 		Status:    binary.BigEndian.Uint16(b[6:]),
 		ClusterID: binary.BigEndian.Uint64(b[8:]),
 		ID:        binary.BigEndian.Uint64(b[16:]),
-	}, nil
+	}
+	if r.Status == statusNotMember {
+		if _, err := io.ReadFull(rd, b[:8]); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return response{}, fmt.Errorf("reading the refusal's applied index: %w", err)
+		}
+		r.Applied = binary.BigEndian.Uint64(b[:8])
+	}
+	return r, nil
 }
 
 // check is the receiver's verdict on a hello: the status to answer with.

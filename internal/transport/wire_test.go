@@ -41,6 +41,18 @@ func TestHandshakeCheck(t *testing.T) {
 	if got, err := readResponse(bytes.NewReader(r.marshal())); err != nil || got != r {
 		t.Fatalf("response round trip: %+v, %v", got, err)
 	}
+	// "Not a member" carries the acceptor's applied index after the 24 bytes.
+	nm := response{Version: 1, Status: statusNotMember, ClusterID: 9, ID: 4, Applied: 1 << 40}
+	b := nm.marshal()
+	if len(b) != responseSize+8 {
+		t.Fatalf("not-member response is %d bytes, want %d", len(b), responseSize+8)
+	}
+	if got, err := readResponse(bytes.NewReader(b)); err != nil || got != nm {
+		t.Fatalf("not-member response round trip: %+v, %v", got, err)
+	}
+	if _, err := readResponse(bytes.NewReader(b[:responseSize+3])); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("not-member response without its whole index: %v", err)
+	}
 	if _, err := readHello(bytes.NewReader(make([]byte, helloSize))); !errors.Is(err, errProtocol) {
 		t.Fatalf("zero magic: %v", err)
 	}

@@ -128,13 +128,19 @@ func Launch(t testing.TB, dataDir, name string, extra ...string) *Proc {
 // freeAddr (another test process bound it in between).
 var errPortTaken = errors.New("address already in use")
 
+// serveArgs are the arguments of `kvd serve` for a test process: ephemeral
+// client ports and fast elections, then extra.
+func serveArgs(dataDir, name string, extra []string) []string {
+	return append([]string{"serve", "--name", name, "--data-dir", dataDir,
+		"--memcache-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--heartbeat-interval", "50ms", "--election-timeout", "500ms"}, extra...)
+}
+
 // launch is Launch returning start-up failures; a lost port race wraps
 // errPortTaken so that callers choosing ports can retry.
 func launch(t testing.TB, dataDir, name string, extra ...string) (*Proc, error) {
 	t.Helper()
-	args := append([]string{"serve", "--name", name, "--data-dir", dataDir,
-		"--memcache-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--heartbeat-interval", "50ms", "--election-timeout", "500ms"}, extra...)
+	args := serveArgs(dataDir, name, extra)
 	p := &Proc{t: t, Name: name, DataDir: dataDir, Log: &syncBuffer{}, exited: make(chan struct{}), extra: extra}
 	p.cmd = exec.Command(Binary(t), args...)
 	p.cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
@@ -328,6 +334,34 @@ func (p *Proc) Restart() *Proc {
 	q := Launch(p.t, p.DataDir, p.Name, p.extra...)
 	q.WaitReady()
 	return q
+}
+
+// RunAgain runs `kvd serve` once more on p's data dir with p's flags, for a
+// process expected to exit by itself, and waits for that within timeout. It
+// returns the exit code and what the process logged; -1 if it was still
+// running at the timeout (it is then killed).
+func (p *Proc) RunAgain(timeout time.Duration) (int, string) {
+	p.t.Helper()
+	var log syncBuffer
+	cmd := exec.Command(Binary(p.t), serveArgs(p.DataDir, p.Name, p.extra)...)
+	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
+	cmd.Stdout, cmd.Stderr = io.Discard, &log
+	if err := cmd.Start(); err != nil {
+		p.t.Fatalf("start kvd: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return cmd.ProcessState.ExitCode(), log.String()
+	case <-time.After(timeout):
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+		return -1, log.String()
+	}
 }
 
 // GetJSON GETs http://httpAddr+path, requires a 200 and decodes the body

@@ -1,0 +1,111 @@
+package node
+
+import (
+	"slices"
+
+	"github.com/kvd-project/kvd/internal/replica"
+)
+
+// How a member learns that it was removed from the cluster.
+//
+// A member that is up when its removal commits applies it and stops
+// (replica Status.Removed). Two others would wait forever, not ready: one
+// started again after it stopped, whose state store already holds the
+// removal (it replays only what follows), and one that was down when it
+// was removed, whose log ends before the removal and which no member sends
+// anything any more. Both are told apart from a joiner still catching up by
+// the point their membership started: 0 for a founding member, and for a
+// member that joined later an index at or after its addition (its join
+// answer's added_at, kept in cluster.json). A member whose name was
+// removed and added again has the same raft ID, so "not in a
+// configuration" means removed only for a configuration applied at or
+// after that point: before it, the member is a joiner replaying history.
+//
+//   - Restarted after its removal: removedBefore finds it absent from the
+//     configuration it applied itself.
+//   - Down when removed: the leader refuses its connection as a non-member
+//     and says as of which applied index (transport Config.NotMember); if
+//     that index is at or after the point its membership started and after
+//     what this member has applied, the leader knows of its removal.
+//
+// A member whose starting point is unknown (a join answered by an older
+// kvd, or a data dir started under another name) draws no conclusion and
+// waits, not ready, as before.
+
+// memberSince returns the index from which this node's membership is known
+// to hold, and false when it is not known.
+func (n *Node) memberSince() (uint64, bool) {
+	self := uint64(IDOf(n.cfg.Name))
+	if len(n.ms.Bootstrap) == 0 {
+		// A founding member, if --initial-cluster named it.
+		return 0, slices.ContainsFunc(n.ms.Members, func(m member) bool { return m.ID == self })
+	}
+	return n.ms.AddedAt, n.ms.AddedAt > 0
+}
+
+// removedBefore reports whether st shows this member removed, and returns
+// the point its membership started (see removedFrom).
+func (n *Node) removedBefore(st replica.Status) (uint64, bool) {
+	since, ok := n.memberSince()
+	return since, ok && removedFrom(since, st)
+}
+
+// removedFrom reports whether st shows a member whose membership started at
+// since removed: caught up with what it knows to be committed, and absent
+// from a configuration applied at or after since.
+func removedFrom(since uint64, st replica.Status) bool {
+	if len(st.Voters) == 0 || st.Applied < since || st.Applied < st.Commit {
+		return false
+	}
+	return !slices.Contains(st.Voters, st.ID) && !slices.Contains(st.Learners, st.ID)
+}
+
+// leaderShowsRemoval reports whether a leader that leaves this member out
+// of the configuration it applied at leaderApplied shows its removal: the
+// configuration is at or after the member's start (since) and newer than
+// what the member itself has applied.
+func leaderShowsRemoval(since, applied, leaderApplied uint64) bool {
+	return leaderApplied >= since && leaderApplied > applied
+}
+
+// notMember implements transport Config.NotMember: only the leader refuses
+// a sender, when its applied configuration leaves the sender out. A
+// follower may be behind the configuration the sender belongs to (the
+// sender may even be its new leader), so it lets raft judge.
+func (n *Node) notMember(from uint64) (uint64, bool) {
+	if n.rep == nil {
+		return 0, false
+	}
+	st := n.rep.Status()
+	if st.Role != "leader" || st.Applied == 0 {
+		return 0, false
+	}
+	id := replica.NodeID(from)
+	if slices.Contains(st.Voters, id) || slices.Contains(st.Learners, id) {
+		return 0, false
+	}
+	return st.Applied, true
+}
+
+// onNotMember implements transport Config.OnNotMember: peer, the leader,
+// refused this node as a non-member as of its applied index.
+func (n *Node) onNotMember(peer, applied uint64) {
+	if n.rep == nil {
+		return
+	}
+	since, ok := n.memberSince()
+	st := n.rep.Status()
+	if !ok || !leaderShowsRemoval(since, st.Applied, applied) {
+		// A joiner the leader has not applied yet, or a leader that knows
+		// no more than we do: nothing to conclude.
+		n.logger.Info("the leader does not count this node as a member yet", "peer", peer, "its_applied", applied, "applied", st.Applied, "member_since", since, "known", ok)
+		return
+	}
+	n.logger.Error("the leader refused this member's connection: it was removed from the cluster while it was away",
+		"peer", peer, "its_applied", applied, "applied", st.Applied, "member_since", since)
+	n.markRemoved()
+}
+
+func (n *Node) markRemoved() {
+	n.removedOnce.Do(func() { close(n.removed) })
+}

@@ -1,0 +1,78 @@
+package node
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvd-project/kvd/internal/config"
+	"github.com/kvd-project/kvd/internal/replica"
+)
+
+func TestMemberSince(t *testing.T) {
+	self := uint64(IDOf("n2"))
+	founding := []member{{Name: "n1", ID: uint64(IDOf("n1"))}, {Name: "n2", ID: self}}
+	for _, tc := range []struct {
+		name  string
+		ms    membership
+		since uint64
+		known bool
+	}{
+		{"founding member", membership{Members: founding}, 0, true},
+		{"data dir started under a name --initial-cluster did not give", membership{Members: founding[:1]}, 0, false},
+		{"joined, with the index its join answer gave", membership{Members: founding, Bootstrap: []uint64{1, 2}, AddedAt: 4711}, 4711, true},
+		// A rejoined founding member is in the bootstrap voters too: only
+		// its join decides.
+		{"joined, answered by an older kvd", membership{Members: founding, Bootstrap: []uint64{self}}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &Node{cfg: config.Config{Name: "n2"}, ms: &tc.ms}
+			since, known := n.memberSince()
+			require.Equal(t, tc.known, known)
+			require.Equal(t, tc.since, since)
+		})
+	}
+}
+
+func TestRemovedFrom(t *testing.T) {
+	st := func(applied, commit uint64, voters, learners []replica.NodeID) replica.Status {
+		return replica.Status{ID: 2, Applied: applied, Commit: commit, Voters: voters, Learners: learners}
+	}
+	for _, tc := range []struct {
+		name    string
+		since   uint64
+		st      replica.Status
+		removed bool
+	}{
+		{"a voter", 0, st(10, 10, []replica.NodeID{1, 2, 3}, nil), false},
+		{"a learner", 0, st(10, 10, []replica.NodeID{1, 3}, []replica.NodeID{2}), false},
+		{"a founding member left out, caught up", 0, st(10, 10, []replica.NodeID{1, 3}, nil), true},
+		{"left out, but behind its commit index (its re-addition may follow)", 0, st(9, 10, []replica.NodeID{1, 3}, nil), false},
+		{"nothing known yet", 0, st(0, 0, nil, nil), false},
+		{"a joiner replaying history from before its addition", 50, st(40, 40, []replica.NodeID{1, 3}, nil), false},
+		{"a joiner left out after its addition", 50, st(60, 60, []replica.NodeID{1, 3}, nil), true},
+		{"a joiner at its addition", 50, st(50, 50, []replica.NodeID{1, 3}, []replica.NodeID{2}), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.removed, removedFrom(tc.since, tc.st))
+		})
+	}
+}
+
+func TestLeaderShowsRemoval(t *testing.T) {
+	for _, tc := range []struct {
+		name                          string
+		since, applied, leaderApplied uint64
+		removed                       bool
+	}{
+		{"a founding member that was down at its removal", 0, 100, 250, true},
+		{"a joiner the leader has not applied yet", 300, 0, 250, false},
+		{"a joiner the leader left out after its addition", 200, 210, 250, true},
+		{"a leader that knows no more than this member", 0, 250, 250, false},
+		{"a leader behind this member", 0, 300, 250, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.removed, leaderShowsRemoval(tc.since, tc.applied, tc.leaderApplied))
+		})
+	}
+}
