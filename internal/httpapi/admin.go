@@ -143,11 +143,12 @@ func (a *api) removeMember(w http.ResponseWriter, r *http.Request, escaped strin
 		return
 	}
 	force := false
-	switch v := q.Get("force"); v {
-	case "", "false", "0":
-	case "true", "1":
+	switch v := q.Get("force"); {
+	case !q.Has("force"), v == "false", v == "0":
+	case v == "true", v == "1":
 		force = true
 	default:
+		// Empty too (?force): true or false is the client's to say.
 		writeError(w, http.StatusBadRequest, "bad_request", "force: want true or false")
 		return
 	}

@@ -27,14 +27,17 @@ import (
 //	       expired) also as X-Kvd-Flags / X-Kvd-TTL headers.
 //	       If-Match: "<cas>" stores only if the item's CAS is that (cas);
 //	       If-Match: * only if it exists (replace); If-None-Match: * only if
-//	       it does not (add). 204 stored; 412 precondition failed.
+//	       it does not (add). 204 stored; 412 precondition failed; a
+//	       Content-Range (partial PUT) is a 400.
 //	DELETE /v1/kv/{key}   204 deleted; 404 missing.
 //	GET    /v1/kv?prefix=P&after=K&limit=N[&consistency=…]
 //	       keys in byte order with their metadata (not values), JSON.
 //
 // Keys are percent-decoded and obey memcached's rules: 1 to 250 bytes, no
-// control characters or spaces. Unknown or repeated query parameters are
-// errors, so a typo never silently falls back to a default.
+// control characters or spaces (after, a position in the listing, takes
+// any bytes up to 250: it may be a key the memcache port stored). Unknown
+// or repeated query parameters are errors, so a typo never silently falls
+// back to a default.
 const (
 	kvPrefix = "/v1/kv/"
 
@@ -183,6 +186,11 @@ func (a *api) putKey(w http.ResponseWriter, r *http.Request, rawKey string) stri
 		}
 		c.Exptime = v
 	}
+	if len(r.Header.Values("Content-Range")) > 0 {
+		// RFC 9110: the body is likely a part, which would replace the
+		// whole value.
+		return reject(w, badRequest("bad_request", "Content-Range: partial PUT is not supported; send the whole value"))
+	}
 	if e := writeCondition(r.Header, c); e != nil {
 		return reject(w, e)
 	}
@@ -285,8 +293,12 @@ func (a *api) listKeys(w http.ResponseWriter, r *http.Request) string {
 	if e := checkKeyBytes("prefix", prefix); e != nil {
 		return reject(w, e)
 	}
-	if e := checkKeyBytes("after", after); e != nil {
-		return reject(w, e)
+	// after is a position in key order, not a key to store: any bytes will
+	// do. The memcache port splits keys on spaces only, as memcached does,
+	// so a page may end on a key with control bytes, and the next link
+	// carries it here.
+	if len(after) > command.MaxKeyLen {
+		return reject(w, badRequest("bad_key", "after: %d bytes exceeds the limit of %d", len(after), command.MaxKeyLen))
 	}
 	limit := DefaultListLimit
 	if q.Has("limit") {

@@ -268,6 +268,10 @@ func TestBadInput(t *testing.T) {
 		{"parameter on transfer-leader", "POST", "/v1/cluster/transfer-leader?to=n1", strings.NewReader(`{"to":"nobody"}`), []string{"Content-Type", "application/json"}, 400, "bad_request"},
 		{"misspelt force", "DELETE", "/v1/cluster/members/nobody?forse=true", nil, nil, 400, "bad_request"},
 		{"repeated force", "DELETE", "/v1/cluster/members/nobody?force=true&force=false", nil, nil, 400, "bad_request"},
+		{"force without a value", "DELETE", "/v1/cluster/members/nobody?force", nil, nil, 400, "bad_request"},
+		{"force empty", "DELETE", "/v1/cluster/members/nobody?force=", nil, nil, 400, "bad_request"},
+		// Partial content stored as the whole value would corrupt it (RFC 9110: a 400).
+		{"partial PUT", "PUT", "/v1/kv/k", strings.NewReader("x"), []string{"Content-Range", "bytes 0-0/2"}, 400, "bad_request"},
 		{"value too large", "PUT", "/v1/kv/k", strings.NewReader(big), nil, 413, "too_large"},
 		// An io.Reader of unknown length is sent chunked: MaxBytesReader catches it.
 		{"chunked value too large", "PUT", "/v1/kv/k", io.MultiReader(strings.NewReader(big)), nil, 413, "too_large"},
