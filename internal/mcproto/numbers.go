@@ -14,8 +14,11 @@ import (
 //   - the digits may be followed by the end of the token or by a whitespace
 //     byte, after which anything is ignored ("1\tjunk" reads as 1);
 //   - a value that overflows 64 bits is rejected;
-//   - the unsigned forms negate a '-' number modulo 2^64 and reject it only
-//     when the result looks negative as a signed number ("-0" is 0);
+//   - the unsigned forms negate a '-' number modulo 2^64; a result that
+//     looks negative as a signed number (2^63 or more) is rejected when a
+//     '-' is anywhere in the token, even after the digits, because memcached
+//     looks for it with strchr over the whole string ("-0" is 0, and
+//     "9223372036854775808\t-" is refused);
 //   - memcached stores the 32-bit forms by plain C assignment, which keeps
 //     the low 32 bits ("4294967296" as flags is 0, as exptime "4294967295"
 //     is -1).
@@ -57,10 +60,11 @@ func scanC(tok []byte) (mag uint64, neg bool, end int, ok bool) {
 	return mag, neg, i, true
 }
 
-// parseUint64 is memcached's safe_strtoull. Its check for a minus sign
-// looks only at what strtoull read, not at what follows.
+// parseUint64 is memcached's safe_strtoull. Its check for a minus sign,
+// made only when the value is 2^63 or more, is strchr(str, '-'): it looks
+// at the whole token, past what strtoull read.
 func parseUint64(tok []byte) (uint64, bool) {
-	mag, neg, end, ok := scanC(tok)
+	mag, neg, _, ok := scanC(tok)
 	if !ok {
 		return 0, false
 	}
@@ -68,7 +72,7 @@ func parseUint64(tok []byte) (uint64, bool) {
 	if neg {
 		v = -mag
 	}
-	if int64(v) < 0 && bytes.IndexByte(tok[:end], '-') >= 0 {
+	if int64(v) < 0 && bytes.IndexByte(tok, '-') >= 0 {
 		return 0, false
 	}
 	return v, true
@@ -86,7 +90,10 @@ func ParseUint32(tok []byte) (uint32, bool) {
 // string (so a NUL ends it). Leading whitespace, a sign, leading zeros and
 // anything after a whitespace byte are accepted, as memcached accepts them:
 // a value an earlier decr padded with spaces and a client then appended
-// to still counts.
+// to still counts. A value of 2^63 or more with a '-' in it is refused, as
+// memcached refuses it; memcached's search for that '-' also runs on past
+// the value's "\r\n" into whatever memory follows, which is read here as
+// a fresh memcached's zeroed memory (no '-').
 func ParseCounter(v []byte) (uint64, bool) {
 	if i := bytes.IndexByte(v, 0); i >= 0 {
 		v = v[:i]

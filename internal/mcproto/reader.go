@@ -94,8 +94,9 @@ const (
 //   - gat/gats lines get the multiget bound like get/gets (memcached grants
 //     it to get/gets only), and multiget lines are bounded by
 //     MaxMultigetLine (memcached's are unbounded).
-//   - A request in the binary protocol (first byte 0x80) is answered with
-//     that protocol's "not supported" response and the connection closes;
+//   - A request in the binary protocol (a connection whose first byte is
+//     0x80) is answered with that protocol's "not supported" response and
+//     the connection closes;
 //     memcached started without the binary protocol (-B ascii) reads it as
 //     the start of a text line and waits for the line's end.
 //   - All keys of a multiget are checked before any is looked up; memcached
@@ -110,6 +111,9 @@ type Reader struct {
 	skip     int64 // bytes of a rejected value still to discard
 	err      error // sticky read error, returned once buffered bytes run out
 	closed   error // sticky closing protocol error
+	// text is set once a line has been read: from then on the connection
+	// speaks the text protocol, and a line starting with 0x80 is text.
+	text bool
 
 	words [][]byte        // tokens of the current line, alias buf
 	key   [MaxKeyLen]byte // the key of a storage command, copied out of buf
@@ -249,7 +253,7 @@ func (r *Reader) unexpected(err error) error {
 func (r *Reader) readLine() ([]byte, error) {
 	scanned := 0
 	for {
-		if scanned == 0 && r.end > r.pos && r.buf[r.pos] == binaryRequestMagic {
+		if !r.text && scanned == 0 && r.end > r.pos && r.buf[r.pos] == binaryRequestMagic {
 			return nil, r.binaryRequest()
 		}
 		if i := bytes.IndexByte(r.buf[r.pos+scanned:r.end], '\n'); i >= 0 {
@@ -261,6 +265,7 @@ func (r *Reader) readLine() ([]byte, error) {
 				}
 			}
 			r.pos += n + 1
+			r.text = true
 			return line, nil
 		}
 		scanned = r.end - r.pos
@@ -284,6 +289,10 @@ func (r *Reader) readLine() ([]byte, error) {
 // text line, it would wait for an answer until its own timeout. It gets the
 // binary "not supported" response instead, and the connection closes,
 // because without parsing the header its body cannot be skipped.
+//
+// Only a connection's first byte is looked at, as memcached picks the
+// protocol of a connection once, from its first byte: a later line that
+// starts with 0x80 is a text line, answered ERROR.
 func (r *Reader) binaryRequest() error {
 	for r.end-r.pos < BinaryHeaderLen {
 		if err := r.fill(); err != nil {

@@ -221,6 +221,15 @@ var parseTests = []struct {
 	{"incr tokens", "incr a\r\nincr a 1 2 3\r\ndecr\r\n", []string{`ERR "ERROR"`, `ERR "ERROR"`, `ERR "ERROR"`, "EOF"}},
 	{"incr long key", "incr " + k251 + " x\r\n", []string{`ERR "CLIENT_ERROR bad command line format"`, "EOF"}},
 	{"incr 4th token", "incr a 1 2\r\n", []string{"incr k=a delta=1", "EOF"}},
+	// memcached's safe_strtoul/safe_strtoull refuse a number of 2^63 or
+	// more when a '-' is anywhere in the token (strchr), even after the
+	// digits and a tab; below 2^63 the '-' is ignored.
+	{"big number then minus", "incr a 9223372036854775808\t-\r\nincr a 1\t-\r\n" +
+		"set a 9223372036854775808\t- 0 1\r\nx\r\ncas a 0 0 1 18446744073709551615\tx-\r\nx\r\nverbosity 9223372036854775808\t-\r\n",
+		[]string{`ERR "CLIENT_ERROR invalid numeric delta argument"`, "incr k=a delta=1",
+			`ERR "CLIENT_ERROR bad command line format"`, `ERR "ERROR"`,
+			`ERR "CLIENT_ERROR bad command line format"`, `ERR "ERROR"`,
+			`ERR "CLIENT_ERROR bad command line format"`, "EOF"}},
 
 	// touch.
 	{"touch", "touch a 10\r\ntouch a -1 noreply\r\n", []string{"touch k=a e=10", "touch k=a e=-1 noreply", "EOF"}},
@@ -571,7 +580,7 @@ func TestNumbers(t *testing.T) {
 		{"12", 12, true}, {"12 ", 12, true}, {" 12", 12, true}, {"\t12", 12, true}, {"+12", 12, true},
 		{"-0", 0, true}, {"12 ab", 12, true}, {"12\tab", 12, true}, {"12 0", 12, true},
 		{"1\n2", 1, true}, {"1\r", 1, true}, {"1\x002", 1, true}, {"000000000000000000001", 1, true},
-		{"18446744073709551615", 1<<64 - 1, true}, {"18446744073709551615 -", 1<<64 - 1, true},
+		{"18446744073709551615", 1<<64 - 1, true}, {"18446744073709551615 -", 0, false}, {"1 -", 1, true},
 		{"18446744073709551616", 0, false}, {"-1", 0, false}, {"", 0, false}, {"   ", 0, false},
 		{"\x0012", 0, false}, {"12ab", 0, false}, {"ab", 0, false}, {"-", 0, false},
 	}
@@ -640,4 +649,30 @@ func TestBinaryRequestIsRefused(t *testing.T) {
 	assert.Equal(t, []byte{0x80, 0x00}, req.Data)
 	require.NoError(t, pr.Next(&req))
 	assert.Equal(t, CmdGet, req.Command)
+}
+
+// TestBinaryMagicOnlyOpensAConnection: memcached picks the protocol from a
+// connection's first byte; later, a line that happens to start with 0x80
+// (a value's bytes read as commands after a wrong byte count, a pickled
+// value starting with 0x80) is a text line like any other, answered ERROR.
+// kvd used to take it for a binary header there too: it waited for 24 bytes
+// that never came, then closed the connection.
+func TestBinaryMagicOnlyOpensAConnection(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want []string
+	}{
+		{"after a request", "version\r\n\x80abc\r\nget a\r\n", []string{"version", `ERR "ERROR"`, "get k=a", "EOF"}},
+		{"after a bad data chunk", "set a 0 0 2\r\nabc\r\n\x80\x02}q\x00.\r\nget a\r\n",
+			[]string{`ERR "CLIENT_ERROR bad data chunk"`, `ERR "ERROR"`, `ERR "ERROR"`, "get k=a", "EOF"}},
+		{"after an error", "bogus\r\n\x80\r\n", []string{`ERR "ERROR"`, `ERR "ERROR"`, "EOF"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for how, r := range readers(tt.in) {
+				assert.Equal(t, tt.want, parseAll(t, r, Limits{}), how)
+			}
+		})
+	}
 }

@@ -127,3 +127,17 @@ func TestBinaryClientIsRefusedAtOnce(t *testing.T) {
 	c := dial(t, n.MemcacheAddr())
 	require.Equal(t, []string{"STORED"}, c.do("set k 0 0 1\r\nv\r\n", "STORED"))
 }
+
+// TestBinaryMagicLaterIsText: only a connection's first byte selects the
+// binary protocol, as in memcached. A later line starting with 0x80 (here
+// the rest of a value sent with a wrong byte count) is answered ERROR and
+// the connection goes on; kvd used to wait for a 24-byte binary header
+// that never came, then close.
+func TestBinaryMagicLaterIsText(t *testing.T) {
+	n := startNode(t)
+	c := dial(t, n.MemcacheAddr())
+	require.Equal(t, []string{"CLIENT_ERROR bad data chunk"}, c.do("set k 0 0 2\r\nabc\r\n\x80\x02}q\x00.\r\n"))
+	require.Equal(t, []string{"ERROR"}, c.do(""))
+	require.Equal(t, []string{"ERROR"}, c.do(""))
+	require.Equal(t, []string{"VERSION 1.6.21"}, c.do("version\r\n", "VERSION 1.6.21"))
+}
