@@ -271,6 +271,8 @@ func (a *api) adminFail(w http.ResponseWriter, r *http.Request, body []byte, err
 		writeError(w, http.StatusServiceUnavailable, "timeout", err.Error())
 	case errors.Is(err, kv.ErrRemoved):
 		writeError(w, http.StatusGone, "removed", err.Error())
+	case errors.Is(err, kv.ErrTransferring):
+		writeError(w, http.StatusServiceUnavailable, "leader_transfer", err.Error())
 	case errors.Is(err, kv.ErrNoLeader), errors.Is(err, kv.ErrTimeout), errors.Is(err, kv.ErrStopped),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		a.failErr(w, r, err)

@@ -272,3 +272,34 @@ func TestRemoveMemberPath(t *testing.T) {
 	expectError(t, c.do(http.MethodDelete, "/v1/cluster/members/rack1/n9", nil), http.StatusBadRequest, "bad_request")
 	expectError(t, c.do(http.MethodDelete, "/v1/cluster/members/", nil), http.StatusBadRequest, "bad_request")
 }
+
+// transferringAdmin is a leader in the middle of a leadership transfer:
+// raft takes no membership change until it ends.
+type transferringAdmin struct{}
+
+func (transferringAdmin) AddMember(context.Context, httpapi.MemberInfo) (httpapi.JoinInfo, error) {
+	return httpapi.JoinInfo{}, kv.ErrTransferring
+}
+func (transferringAdmin) RemoveMember(context.Context, string, bool) error { return kv.ErrTransferring }
+func (transferringAdmin) TransferLeader(context.Context, string) (httpapi.MemberInfo, error) {
+	return httpapi.MemberInfo{}, kv.ErrTransferring
+}
+func (transferringAdmin) Healthy() map[kv.NodeID]bool { return nil }
+
+// A change refused during a leadership transfer is a 503 to retry: it was
+// a 400, which `kvd serve --join` takes as final.
+func TestAdminChangeDuringATransferIsRetryable(t *testing.T) {
+	n := startNode(t)
+	srv := httptest.NewServer(httpapi.New(n.KV(), slog.New(slog.NewTextHandler(io.Discard, nil)), httpapi.Options{Admin: transferringAdmin{}}))
+	t.Cleanup(srv.Close)
+	c := newClient(t, srv.URL)
+	json := []string{"Content-Type", "application/json"}
+	for _, r := range []response{
+		c.do(http.MethodPost, "/v1/cluster/members", strings.NewReader(`{"name":"n9","peer_addr":"127.0.0.1:9"}`), json...),
+		c.do(http.MethodDelete, "/v1/cluster/members/n9", nil),
+		c.do(http.MethodPost, "/v1/cluster/transfer-leader", strings.NewReader(`{"to":"n1"}`), json...),
+	} {
+		expectError(t, r, http.StatusServiceUnavailable, "leader_transfer")
+		require.Equal(t, "1", r.header.Get("Retry-After"))
+	}
+}

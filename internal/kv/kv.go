@@ -361,6 +361,7 @@ var (
 // Errors of membership operations.
 var (
 	ErrNotLeader         = replica.ErrNotLeader
+	ErrTransferring      = replica.ErrTransferring
 	ErrUnknownMember     = replica.ErrUnknownMember
 	ErrMemberExists      = replica.ErrMemberExists
 	ErrQuorumAtRisk      = replica.ErrQuorumAtRisk

@@ -45,6 +45,9 @@ var (
 	// may propose it.
 	ErrLastVoter = errors.New("it is the last voter, which no change can remove")
 	ErrRemoved   = errors.New("this member was removed from the cluster")
+	// ErrTransferring: raft takes no proposal while leadership is being
+	// handed over, which ends within an election timeout. Retry.
+	ErrTransferring = errors.New("a leadership transfer is in progress; retry in a moment")
 )
 
 // Progress is the leader's view of one member's replication.
@@ -133,6 +136,10 @@ func (r *Replica) ChangeMember(ctx context.Context, reqID uint64, typ ConfChange
 			return fmt.Errorf("change member: unknown change %d", typ)
 		}
 		if err := r.rn.ProposeConfChange(cc); err != nil {
+			if errors.Is(err, raft.ErrProposalDropped) {
+				// A leader drops proposals only while it hands over.
+				return ErrTransferring
+			}
 			return err
 		}
 		r.waits.markProposed([]proposal{{reqID: reqID}})

@@ -49,3 +49,33 @@ func TestChangeMemberReturnsItsIndex(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, added+1, removed, "no other entry was proposed between the two")
 }
+
+// TestChangeMemberDuringATransferSaysRetry: while a leadership transfer is
+// in progress raft drops every proposal, configuration changes included.
+// That refusal is passing (the transfer ends within an election timeout),
+// so it must read as such, which clients and a joining node retry;
+// raft's bare ErrProposalDropped was answered 400 by the HTTP API, and
+// `kvd serve --join` gives up on a 4xx.
+func TestChangeMemberDuringATransferSaysRetry(t *testing.T) {
+	net := transport.NewMemNetwork()
+	defer net.Close()
+	// A transfer to an unreachable member stays pending for an election
+	// timeout: three seconds here.
+	reps, lead := startTrio(t, net, nil, func(c *Config) { c.ElectionTicks = 300 })
+	r := reps[lead]
+	target := reps[(lead+1)%3].Status().ID
+	net.Cut(uint64(r.cfg.ID), uint64(target))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go func() { _, _ = r.TransferLeadership(ctx, target) }()
+	require.Eventually(t, func() bool {
+		return r.do(ctx, func() error {
+			if r.rn.BasicStatus().LeadTransferee != uint64(target) {
+				return ErrBusy
+			}
+			return nil
+		}) == nil
+	}, 5*time.Second, time.Millisecond, "the transfer never started")
+	_, err := r.ChangeMember(ctx, 400, AddLearner, 4, nil, false)
+	require.ErrorIs(t, err, ErrTransferring)
+}
