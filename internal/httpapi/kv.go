@@ -17,7 +17,11 @@ import (
 // The key-value API.
 //
 //	GET    /v1/kv/{key}[?consistency=linearizable|lease|local]
-//	       (default: the node's --read-consistency)
+//	       (default: the node's --read-consistency). linearizable and
+//	       lease both name the node's linearizable path, which is
+//	       ReadIndex, or the leader's read lease on a node started with
+//	       --read-consistency lease: a query picks linearizable or local,
+//	       not whether the lease is used.
 //	       200 value as the body; ETag "<cas>", X-Kvd-Flags, X-Kvd-Expires
 //	       (absolute Unix seconds, absent if never); 304 on If-None-Match
 //	       matching the ETag; 404 missing.
