@@ -119,12 +119,7 @@ func (n *Node) watchMembers(ctx context.Context) {
 	var nextPublish time.Time
 	for {
 		st := n.rep.Status()
-		if st.Removed {
-			n.markRemoved()
-			return
-		}
-		if at, ok := n.removedBefore(st); ok {
-			n.logger.Error("this member was removed from the cluster: the configuration it has applied leaves it out", "applied", st.Applied, "member_since", at)
+		if n.leftCluster(st) {
 			n.markRemoved()
 			return
 		}
@@ -259,7 +254,9 @@ func newRequestID() uint64 {
 func (n *Node) AddMember(ctx context.Context, m httpapi.MemberInfo) (httpapi.JoinInfo, error) {
 	id := IDOf(m.Name)
 	st := n.rep.Status()
-	if slices.Contains(st.Voters, id) || slices.Contains(st.Learners, id) {
+	// Only the leader answers from its configuration: a follower's may be
+	// behind the member's removal, and ChangeMember passes the request on.
+	if st.Role == "leader" && (slices.Contains(st.Voters, id) || slices.Contains(st.Learners, id)) {
 		if have, ok := n.rows()[uint64(id)]; ok && have.PeerAddr == m.PeerAddr {
 			// The status that lists the member was published after its
 			// addition was applied: its applied index is at or after it.

@@ -60,6 +60,29 @@ func removedFrom(since uint64, st replica.Status) bool {
 	return !slices.Contains(st.Voters, st.ID) && !slices.Contains(st.Learners, st.ID)
 }
 
+// leftCluster reports whether st shows this member removed: it applied its
+// own removal (Status.Removed), or a configuration that leaves it out.
+func (n *Node) leftCluster(st replica.Status) bool {
+	if st.Removed && !n.replayedRemoval(st) {
+		return true
+	}
+	if at, ok := n.removedBefore(st); ok {
+		n.logger.Error("this member was removed from the cluster: the configuration it has applied leaves it out", "applied", st.Applied, "member_since", at)
+		return true
+	}
+	return false
+}
+
+// replayedRemoval reports whether the removal st shows (Status.Removed) is
+// history this member replays before the point its membership started: a
+// rejoined member catching up applies its old removal, and its commit index
+// trails the leader's, so applied can reach commit between that removal
+// and its re-addition.
+func (n *Node) replayedRemoval(st replica.Status) bool {
+	since, ok := n.memberSince()
+	return ok && st.Applied < since
+}
+
 // leaderShowsRemoval reports whether a leader that leaves this member out
 // of the configuration it applied at leaderApplied shows its removal: the
 // configuration is at or after the member's start (since) and newer than

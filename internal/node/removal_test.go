@@ -1,6 +1,7 @@
 package node
 
 import (
+	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -73,6 +74,39 @@ func TestLeaderShowsRemoval(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Equal(t, tc.removed, leaderShowsRemoval(tc.since, tc.applied, tc.leaderApplied))
+		})
+	}
+}
+
+// TestLeftCluster: a rejoined member catching up replays its old removal,
+// and its commit index trails the leader's, so Status.Removed may show
+// between that removal and its re-addition; before the point its
+// membership started, that is history, not its removal.
+func TestLeftCluster(t *testing.T) {
+	self := replica.NodeID(IDOf("n2"))
+	founding := []member{{Name: "n1", ID: uint64(IDOf("n1"))}, {Name: "n2", ID: uint64(self)}}
+	joined := membership{Members: founding, Bootstrap: []uint64{uint64(IDOf("n1")), uint64(self)}, AddedAt: 500}
+	others := []replica.NodeID{IDOf("n1")}
+	for _, tc := range []struct {
+		name string
+		ms   membership
+		st   replica.Status
+		left bool
+	}{
+		{"a rejoined member replaying its old removal", joined,
+			replica.Status{ID: self, Applied: 300, Commit: 300, Voters: others, Removed: true}, false},
+		{"a rejoined member removed again", joined,
+			replica.Status{ID: self, Applied: 600, Commit: 600, Voters: others, Removed: true}, true},
+		{"a joiner of unknown start that applied its removal", membership{Members: founding, Bootstrap: []uint64{uint64(self)}},
+			replica.Status{ID: self, Applied: 300, Commit: 300, Voters: others, Removed: true}, true},
+		{"a founding member that applied its removal", membership{Members: founding},
+			replica.Status{ID: self, Applied: 300, Commit: 300, Voters: others, Removed: true}, true},
+		{"a rejoined member at its re-addition", joined,
+			replica.Status{ID: self, Applied: 500, Commit: 500, Voters: others, Learners: []replica.NodeID{self}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &Node{cfg: config.Config{Name: "n2"}, ms: &tc.ms, logger: slog.New(slog.DiscardHandler)}
+			require.Equal(t, tc.left, n.leftCluster(tc.st))
 		})
 	}
 }

@@ -253,6 +253,10 @@ func (w *writer) logFailure(msg string, err error) {
 // from one attempt to the next (such as the local ephemeral port).
 func failureKey(err error) string {
 	if re := (*refusedError)(nil); errors.As(err, &re) {
+		if re.status == statusNotMember {
+			// The acceptor's applied index moves between attempts.
+			return fmt.Sprintf("%s (node ID %d)", statusText(re.status), re.id)
+		}
 		return re.Error()
 	}
 	if oe := (*net.OpError)(nil); errors.As(err, &oe) && oe.Err != nil {
