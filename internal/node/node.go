@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvd-project/kvd/internal/config"
@@ -60,6 +61,8 @@ type Node struct {
 	watchDone   chan struct{}
 	removed     chan struct{}
 	removedOnce sync.Once
+	// notMemberLogged: a leader's not-member refusal was logged at info.
+	notMemberLogged atomic.Bool
 }
 
 // IDOf derives a member's raft ID from its name: stable across restarts and

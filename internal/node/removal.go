@@ -1,6 +1,8 @@
 package node
 
 import (
+	"context"
+	"log/slog"
 	"slices"
 
 	"github.com/kvd-project/kvd/internal/replica"
@@ -121,7 +123,12 @@ func (n *Node) onNotMember(peer, applied uint64) {
 	if !ok || !leaderShowsRemoval(since, st.Applied, applied) {
 		// A joiner the leader has not applied yet, or a leader that knows
 		// no more than we do: nothing to conclude.
-		n.logger.Info("the leader does not count this node as a member yet", "peer", peer, "its_applied", applied, "applied", st.Applied, "member_since", since, "known", ok)
+		// Once at info: the member redials after every backoff step.
+		level := slog.LevelDebug
+		if !n.notMemberLogged.Swap(true) {
+			level = slog.LevelInfo
+		}
+		n.logger.Log(context.Background(), level, "the leader does not count this node as a member yet", "peer", peer, "its_applied", applied, "applied", st.Applied, "member_since", since, "known", ok)
 		return
 	}
 	n.logger.Error("the leader refused this member's connection: it was removed from the cluster while it was away",
