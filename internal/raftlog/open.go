@@ -161,12 +161,21 @@ func (l *Log) open() error {
 	}
 }
 
-// fillCache reads the most recent entries into the tail cache.
+// fillCache reads the most recent entries into the tail cache: only those
+// it keeps, as many of the newest as fit both of its bounds (pos has their
+// sizes). Reading TailCacheEntries entries and letting the byte bound evict
+// most of them would hold them all in memory at once: gigabytes, at the
+// start of a node whose log holds large values.
 func (l *Log) fillCache() error {
-	first := l.firstIndex()
-	lo := first
-	if n := uint64(l.cache.maxEntries); l.lastIndex+1-first > n {
-		lo = l.lastIndex + 1 - n
+	lo := l.lastIndex + 1
+	var bytes int64
+	for k := len(l.pos) - 1; k >= 0 && l.lastIndex+1-lo < uint64(l.cache.maxEntries); k-- {
+		size := int64(l.pos[k].n - recordHeaderLen)
+		if bytes+size > l.cache.maxBytes {
+			break
+		}
+		bytes += size
+		lo--
 	}
 	var ents []cachedEntry
 	_, _, err := l.readEntries(lo, l.lastIndex+1, func(e *pb.Entry, n int) bool {
