@@ -28,8 +28,18 @@ type storeHealth struct {
 	failures uint64 // background errors since the last flush that succeeded
 	paused   uint64 // the failure count pacedFS last paused for
 	last     error
+	// flushErr is the last flush's error, nil once a flush succeeds. Only
+	// it keeps flush from starting one: a compaction or a disk-usage check
+	// that failed once says nothing about the next flush, and skipping
+	// flushes until one succeeded left a quiet node unable to take a
+	// snapshot for hours.
+	flushErr error
 	next     chan struct{} // closed at the next background error; nil if none waits
 }
+
+// emptyTable is Pebble's FlushEnd error for a flush that wrote no table:
+// not a failure.
+const emptyTable = "pebble: empty table"
 
 // logEvery is how often, in failures, a run of background errors is
 // logged again after its first: each attempt fails the same way.
@@ -63,11 +73,16 @@ func (h *storeHealth) backgroundError(err error) {
 
 func (h *storeHealth) flushEnd(info pebble.FlushInfo) {
 	if info.Err != nil {
+		if info.Err.Error() != emptyTable {
+			h.mu.Lock()
+			h.flushErr = info.Err
+			h.mu.Unlock()
+		}
 		return
 	}
 	h.mu.Lock()
 	n := h.failures
-	h.failures, h.paused, h.last = 0, 0, nil
+	h.failures, h.paused, h.last, h.flushErr = 0, 0, nil, nil
 	h.mu.Unlock()
 	if n > 0 {
 		h.logger.Info("state store flushes succeed again", "failures_before", n, "component", "pebble")
@@ -80,6 +95,14 @@ func (h *storeHealth) failing() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.last
+}
+
+// flushFailing returns the last flush's error if no flush has succeeded
+// since, else nil.
+func (h *storeHealth) flushFailing() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.flushErr
 }
 
 // pauseDue tells pacedFS whether to pause before a flush or compaction
@@ -107,10 +130,11 @@ func (h *storeHealth) nextFailure() <-chan struct{} {
 	return h.next
 }
 
-// flush writes db's memtables out and waits for it, unless its background
-// work is failing or fails meanwhile: that flush might never finish.
+// flush writes db's memtables out and waits for it, unless flushes are
+// failing or its background work fails meanwhile: that flush might never
+// finish.
 func flush(db *pebble.DB, h *storeHealth) error {
-	if err := h.failing(); err != nil {
+	if err := h.flushFailing(); err != nil {
 		return fmt.Errorf("skipped, the store's background work is failing: %w", err)
 	}
 	failed := h.nextFailure()

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"os"
 	"strings"
@@ -197,4 +198,34 @@ func TestPauseDueOncePerFailure(t *testing.T) {
 	n, ok = h.pauseDue()
 	require.True(t, ok, "a new run of failures pauses again")
 	require.Equal(t, uint64(1), n)
+}
+
+// TestStaleBackgroundErrorKeepsFlushing: any background error (a failed
+// compaction, a failed disk-usage check) marked the store failing until a
+// flush succeeded, and while it was, every flush was skipped: no snapshot
+// could be taken for a follower or a new member, and Close kept its
+// memtable unflushed. On a quiet node the next flush may be hours away.
+// Only a failing flush is a reason not to start one.
+func TestStaleBackgroundErrorKeepsFlushing(t *testing.T) {
+	h := newStoreHealth(discardLogger())
+	h.backgroundError(syscall.EIO) // a compaction, say
+	require.ErrorIs(t, h.failing(), syscall.EIO, "a waiting flush still gives up at any failure")
+	require.NoError(t, h.flushFailing(), "no flush has failed")
+	h.flushEnd(pebble.FlushInfo{Done: true, Err: errors.New("pebble: empty table")})
+	require.NoError(t, h.flushFailing(), "a flush that wrote no table has not failed")
+	h.flushEnd(pebble.FlushInfo{Done: true, Err: syscall.ENOSPC})
+	require.ErrorIs(t, h.flushFailing(), syscall.ENOSPC)
+	h.flushEnd(pebble.FlushInfo{Done: true})
+	require.NoError(t, h.flushFailing())
+	require.NoError(t, h.failing())
+
+	// A store whose compaction failed once still takes checkpoints.
+	f, err := Open("/state", discardLogger(), Options{FS: vfs.NewMem(), CacheBytes: 1 << 20})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, f.Close()) }()
+	setKeys(t, f, 1, 0, 10, "a")
+	f.health.backgroundError(syscall.EIO)
+	applied, err := f.Checkpoint("/ck")
+	require.NoError(t, err)
+	require.Equal(t, f.AppliedIndex(), applied)
 }
