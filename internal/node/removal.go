@@ -23,7 +23,7 @@ import (
 // configuration" means removed only for a configuration applied at or
 // after that point: before it, the member is a joiner replaying history.
 //
-//   - Restarted after its removal: removedBefore finds it absent from the
+//   - Restarted after its removal: leftCluster finds it absent from the
 //     configuration it applied itself.
 //   - Down when removed: the leader refuses its connection as a non-member
 //     and says as of which applied index (transport Config.NotMember); if
@@ -45,13 +45,6 @@ func (n *Node) memberSince() (uint64, bool) {
 	return n.ms.AddedAt, n.ms.AddedAt > 0
 }
 
-// removedBefore reports whether st shows this member removed, and returns
-// the point its membership started (see removedFrom).
-func (n *Node) removedBefore(st replica.Status) (uint64, bool) {
-	since, ok := n.memberSince()
-	return since, ok && removedFrom(since, st)
-}
-
 // removedFrom reports whether st shows a member whose membership started at
 // since removed: caught up with what it knows to be committed, and absent
 // from a configuration applied at or after since.
@@ -64,25 +57,20 @@ func removedFrom(since uint64, st replica.Status) bool {
 
 // leftCluster reports whether st shows this member removed: it applied its
 // own removal (Status.Removed), or a configuration that leaves it out.
+// Before the point its membership started, either is history: a rejoined
+// member catching up replays its old removal, and its commit index trails
+// the leader's, so applied can reach commit between that removal and its
+// re-addition.
 func (n *Node) leftCluster(st replica.Status) bool {
-	if st.Removed && !n.replayedRemoval(st) {
+	since, known := n.memberSince()
+	if st.Removed && (!known || st.Applied >= since) {
 		return true
 	}
-	if at, ok := n.removedBefore(st); ok {
-		n.logger.Error("this member was removed from the cluster: the configuration it has applied leaves it out", "applied", st.Applied, "member_since", at)
+	if known && removedFrom(since, st) {
+		n.logger.Error("this member was removed from the cluster: the configuration it has applied leaves it out", "applied", st.Applied, "member_since", since)
 		return true
 	}
 	return false
-}
-
-// replayedRemoval reports whether the removal st shows (Status.Removed) is
-// history this member replays before the point its membership started: a
-// rejoined member catching up applies its old removal, and its commit index
-// trails the leader's, so applied can reach commit between that removal
-// and its re-addition.
-func (n *Node) replayedRemoval(st replica.Status) bool {
-	since, ok := n.memberSince()
-	return ok && st.Applied < since
 }
 
 // leaderShowsRemoval reports whether a leader that leaves this member out
