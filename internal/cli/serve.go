@@ -63,7 +63,7 @@ names (e.g. "max-item-size: 2m").`,
 				return err
 			}
 			// Before any file or listener is open: it may execute kvd again.
-			timerslack.Ensure(cfg.TimerSlack, logger)
+			timerslack.Ensure(cmd.Context(), cfg.TimerSlack, logger)
 			n, err := node.Start(cfg, logger)
 			if err != nil {
 				return err

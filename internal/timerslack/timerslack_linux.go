@@ -1,6 +1,7 @@
 package timerslack
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -36,8 +37,13 @@ func Current() (time.Duration, error) {
 // (see the package comment). It returns only when no re-exec was needed or
 // when one was not possible; then it logs why and kvd runs with the slack it
 // inherited, which is slower but correct. want <= 0 leaves the slack alone.
-func Ensure(want time.Duration, log *slog.Logger) {
-	if want <= 0 {
+//
+// Once ctx is done (a SIGTERM or Ctrl-C already came) it does not execute
+// kvd again: the new image would not know of the signal, and would run on
+// until its supervisor killed it. A signal in the instant between that
+// check and execve is still lost.
+func Ensure(ctx context.Context, want time.Duration, log *slog.Logger) {
+	if want <= 0 || ctx.Err() != nil {
 		return
 	}
 	// The slack read and set below is this thread's, and execve must run on

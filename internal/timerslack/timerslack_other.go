@@ -3,6 +3,7 @@
 package timerslack
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"time"
@@ -17,4 +18,4 @@ func Current() (time.Duration, error) {
 }
 
 // Ensure does nothing: only Linux has a timer slack.
-func Ensure(time.Duration, *slog.Logger) {}
+func Ensure(context.Context, time.Duration, *slog.Logger) {}
