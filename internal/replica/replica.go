@@ -837,10 +837,37 @@ func (r *Replica) flushProposals() {
 }
 
 func (r *Replica) step(m *pb.Message) {
+	if r.refusesVote(m) {
+		return
+	}
 	if err := r.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
 		r.logger.Debug("step message", "from", m.GetFrom(), "type", m.GetType().String(), "err", err)
 	}
 }
+
+// refusesVote reports whether m is a request for this member's vote at a
+// higher term that it must ignore because it has just started. A leader's
+// read lease (lease.go) rests on the followers that acknowledged it refusing
+// votes for an election timeout after hearing from it; raft's refusal is
+// held in memory only, so a follower that acknowledged and then restarted
+// within the lease would vote at once (it knows no leader yet), and another
+// member could be elected while the old leader still reads from its lease.
+// So in lease mode a member ignores (pre-)votes for its first ElectionTicks
+// ticks, as if it had heard from a leader as it started; a leadership
+// transfer's votes pass, as they pass raft's own refusal.
+func (r *Replica) refusesVote(m *pb.Message) bool {
+	if r.lease.dur == 0 || r.ticks >= uint64(r.cfg.ElectionTicks) {
+		return false
+	}
+	if t := m.GetType(); t != pb.MsgVote && t != pb.MsgPreVote {
+		return false
+	}
+	return m.GetTerm() > r.rn.BasicStatus().GetTerm() && string(m.GetContext()) != campaignTransfer
+}
+
+// campaignTransfer is the context raft puts on the votes of a leadership
+// transfer's election (raft's unexported constant of that name).
+const campaignTransfer = "CampaignTransfer"
 
 func (r *Replica) handleReady(rd raft.Ready) error {
 	if rd.SoftState != nil && rd.SoftState.Lead != r.leader {
