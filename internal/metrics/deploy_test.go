@@ -183,14 +183,18 @@ func exposed(fams map[string]*dto.MetricFamily) map[string][]string {
 }
 
 // TestDeployFilesUseExposedMetrics checks that the scrape config and rule
-// files parse, and that every metric (and every label matcher) the alert
-// rules and the dashboard use is one a live node exposes after some traffic.
+// files parse, that every metric (and every label matcher) the alert rules
+// and the dashboard use is one a live node exposes after some traffic, and
+// that each range function is given the metric type it assumes
+// (checkRangeFunctions).
 func TestDeployFilesUseExposedMetrics(t *testing.T) {
 	all := exprs(t)
 	n := startNode(t)
 	// A first scrape, so the HTTP families have series in the second.
 	_ = scrape(t, n)
-	names := exposed(scrape(t, n))
+	fams := scrape(t, n)
+	names := exposed(fams)
+	checkRangeFunctions(t, all, seriesCounters(fams))
 
 	for src, expr := range all {
 		used := metricName.FindAllString(expr, -1)

@@ -31,18 +31,15 @@ func seriesCounters(fams map[string]*dto.MetricFamily) map[string]bool {
 // rangeCall matches a range function applied directly to a selector.
 var rangeCall = regexp.MustCompile(`\b(rate|irate|increase|resets|deriv|delta|idelta|predict_linear)\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)`)
 
-// TestDeployFilesRateOnlyCounters: rate(), irate() and increase() take a
-// drop as a counter reset and add the whole new value, so over a gauge (an
-// applied index, which falls back to the durable index while a node
-// restarted after a crash replays its log) they chart a spike; deriv() and
-// delta() are the gauge functions, and over a counter they see a reset as
-// a fall.
-func TestDeployFilesRateOnlyCounters(t *testing.T) {
-	all := exprs(t)
-	n := startNode(t)
-	_ = scrape(t, n)
-	counters := seriesCounters(scrape(t, n))
-	for src, expr := range all {
+// checkRangeFunctions: rate(), irate() and increase() take a drop as a
+// counter reset and add the whole new value, so over a gauge (an applied
+// index, which falls back to the durable index while a node restarted
+// after a crash replays its log) they chart a spike; deriv() and delta()
+// are the gauge functions, and over a counter they see a reset as a fall.
+// counters is seriesCounters of a live node's scrape.
+func checkRangeFunctions(t *testing.T, exprs map[string]string, counters map[string]bool) {
+	t.Helper()
+	for src, expr := range exprs {
 		for _, m := range rangeCall.FindAllStringSubmatch(expr, -1) {
 			fn, name := m[1], m[2]
 			isCounter, ok := counters[name]
