@@ -273,6 +273,8 @@ func (a *api) adminFail(w http.ResponseWriter, r *http.Request, body []byte, err
 		writeError(w, http.StatusGone, "removed", err.Error())
 	case errors.Is(err, kv.ErrTransferring):
 		writeError(w, http.StatusServiceUnavailable, "leader_transfer", err.Error())
+	case errors.Is(err, kv.ErrChangeInProgress):
+		writeError(w, http.StatusServiceUnavailable, "change_in_progress", err.Error())
 	case errors.Is(err, kv.ErrNoLeader), errors.Is(err, kv.ErrTimeout), errors.Is(err, kv.ErrStopped),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		a.failErr(w, r, err)

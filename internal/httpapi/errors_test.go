@@ -273,33 +273,43 @@ func TestRemoveMemberPath(t *testing.T) {
 	expectError(t, c.do(http.MethodDelete, "/v1/cluster/members/", nil), http.StatusBadRequest, "bad_request")
 }
 
-// transferringAdmin is a leader in the middle of a leadership transfer:
-// raft takes no membership change until it ends.
-type transferringAdmin struct{}
+// refusingAdmin is a leader that refuses every membership operation with
+// err: a passing state, such as a leadership transfer or another change
+// still unapplied, in which raft takes no membership change.
+type refusingAdmin struct{ err error }
 
-func (transferringAdmin) AddMember(context.Context, httpapi.MemberInfo) (httpapi.JoinInfo, error) {
-	return httpapi.JoinInfo{}, kv.ErrTransferring
+func (a refusingAdmin) AddMember(context.Context, httpapi.MemberInfo) (httpapi.JoinInfo, error) {
+	return httpapi.JoinInfo{}, a.err
 }
-func (transferringAdmin) RemoveMember(context.Context, string, bool) error { return kv.ErrTransferring }
-func (transferringAdmin) TransferLeader(context.Context, string) (httpapi.MemberInfo, error) {
-	return httpapi.MemberInfo{}, kv.ErrTransferring
+func (a refusingAdmin) RemoveMember(context.Context, string, bool) error { return a.err }
+func (a refusingAdmin) TransferLeader(context.Context, string) (httpapi.MemberInfo, error) {
+	return httpapi.MemberInfo{}, a.err
 }
-func (transferringAdmin) Healthy() map[kv.NodeID]bool { return nil }
+func (refusingAdmin) Healthy() map[kv.NodeID]bool { return nil }
 
-// A change refused during a leadership transfer is a 503 to retry: it was
-// a 400, which `kvd serve --join` takes as final.
-func TestAdminChangeDuringATransferIsRetryable(t *testing.T) {
+// A change refused while a leadership transfer or another change is in
+// progress is a 503 to retry: the first was a 400, which `kvd serve --join`
+// takes as final, and the second a timeout after the whole request's time.
+func TestAdminChangeRefusedForNowIsRetryable(t *testing.T) {
 	n := startNode(t)
-	srv := httptest.NewServer(httpapi.New(n.KV(), slog.New(slog.NewTextHandler(io.Discard, nil)), httpapi.Options{Admin: transferringAdmin{}}))
-	t.Cleanup(srv.Close)
-	c := newClient(t, srv.URL)
-	json := []string{"Content-Type", "application/json"}
-	for _, r := range []response{
-		c.do(http.MethodPost, "/v1/cluster/members", strings.NewReader(`{"name":"n9","peer_addr":"127.0.0.1:9"}`), json...),
-		c.do(http.MethodDelete, "/v1/cluster/members/n9", nil),
-		c.do(http.MethodPost, "/v1/cluster/transfer-leader", strings.NewReader(`{"to":"n1"}`), json...),
+	for _, tc := range []struct {
+		err  error
+		code string
+	}{
+		{kv.ErrTransferring, "leader_transfer"},
+		{kv.ErrChangeInProgress, "change_in_progress"},
 	} {
-		expectError(t, r, http.StatusServiceUnavailable, "leader_transfer")
-		require.Equal(t, "1", r.header.Get("Retry-After"))
+		srv := httptest.NewServer(httpapi.New(n.KV(), slog.New(slog.NewTextHandler(io.Discard, nil)), httpapi.Options{Admin: refusingAdmin{tc.err}}))
+		c := newClient(t, srv.URL)
+		json := []string{"Content-Type", "application/json"}
+		for _, r := range []response{
+			c.do(http.MethodPost, "/v1/cluster/members", strings.NewReader(`{"name":"n9","peer_addr":"127.0.0.1:9"}`), json...),
+			c.do(http.MethodDelete, "/v1/cluster/members/n9", nil),
+			c.do(http.MethodPost, "/v1/cluster/transfer-leader", strings.NewReader(`{"to":"n1"}`), json...),
+		} {
+			expectError(t, r, http.StatusServiceUnavailable, tc.code)
+			require.Equal(t, "1", r.header.Get("Retry-After"))
+		}
+		srv.Close()
 	}
 }

@@ -362,6 +362,7 @@ var (
 var (
 	ErrNotLeader         = replica.ErrNotLeader
 	ErrTransferring      = replica.ErrTransferring
+	ErrChangeInProgress  = replica.ErrChangeInProgress
 	ErrUnknownMember     = replica.ErrUnknownMember
 	ErrMemberExists      = replica.ErrMemberExists
 	ErrQuorumAtRisk      = replica.ErrQuorumAtRisk

@@ -55,13 +55,19 @@ func (e *echoSM) InstallSnapshot([]byte, uint64) error { return errors.New("not 
 // each tweak changes its configuration first.
 func startSolo(t *testing.T, delay time.Duration, tweaks ...func(*Config)) *Replica {
 	t.Helper()
+	return startSoloWith(t, &echoSM{}, delay, tweaks...)
+}
+
+// startSoloWith is startSolo over the state machine sm.
+func startSoloWith(t *testing.T, sm StateMachine, delay time.Duration, tweaks ...func(*Config)) *Replica {
+	t.Helper()
 	l, err := raftlog.Open("raft", nil, raftlog.Options{FS: vfs.NewMem()})
 	require.NoError(t, err)
 	cfg := Config{ID: 1, Peers: []NodeID{1}, TickInterval: 10 * time.Millisecond}
 	for _, tweak := range tweaks {
 		tweak(&cfg)
 	}
-	r, err := Start(cfg, slowDisk{Log: l, delay: delay}, &echoSM{}, nil, slog.New(slog.DiscardHandler))
+	r, err := Start(cfg, slowDisk{Log: l, delay: delay}, sm, nil, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		r.Stop()

@@ -48,6 +48,10 @@ var (
 	// ErrTransferring: raft takes no proposal while leadership is being
 	// handed over, which ends within an election timeout. Retry.
 	ErrTransferring = errors.New("a leadership transfer is in progress; retry in a moment")
+	// ErrChangeInProgress: raft takes one configuration change at a time
+	// (a new leader's first change waits until it has applied its log, and
+	// a learner's promotion is a change too). Retry once it is applied.
+	ErrChangeInProgress = errors.New("another membership change is in progress; retry once it is applied")
 )
 
 // Progress is the leader's view of one member's replication.
@@ -65,7 +69,7 @@ type Progress struct {
 
 // ErrConfChangeTimeout means the change was not applied in time; it may
 // still be (another configuration change may have been in progress).
-var ErrConfChangeTimeout = errors.New("configuration change not applied in time (another change may be in progress); it may still apply")
+var ErrConfChangeTimeout = errors.New("configuration change not applied in time; it may still apply")
 
 // do runs f on the Ready loop, which owns the RawNode, and returns its error.
 func (r *Replica) do(ctx context.Context, f func() error) error {
@@ -143,6 +147,7 @@ func (r *Replica) ChangeMember(ctx context.Context, reqID uint64, typ ConfChange
 			return err
 		}
 		r.waits.markProposed([]proposal{{reqID: reqID}})
+		r.confProposed = reqID
 		return nil
 	})
 	if err != nil {
@@ -167,6 +172,30 @@ func (r *Replica) ChangeMember(ctx context.Context, reqID uint64, typ ConfChange
 	}
 	index, _ := o.Result.(uint64)
 	return index, nil
+}
+
+// checkConfProposed answers the configuration change proposed since the
+// last Ready with ErrChangeInProgress if raft did not append it. Raft does
+// not refuse a change while another is pending: it appends an empty entry
+// in its place, silently, and the change's caller would wait out its
+// timeout for an entry that never comes. The entries raft appended since
+// the proposal are all in this Ready's Entries.
+func (r *Replica) checkConfProposed(rd raft.Ready) {
+	reqID := r.confProposed
+	if reqID == 0 {
+		return
+	}
+	r.confProposed = 0
+	for _, e := range rd.Entries {
+		if e.GetType() != pb.EntryConfChange {
+			continue
+		}
+		var cc pb.ConfChange
+		if proto.Unmarshal(e.GetData(), &cc) == nil && cc.GetId() == reqID {
+			return
+		}
+	}
+	r.waits.trigger(reqID, Outcome{Err: ErrChangeInProgress})
 }
 
 // removalSafe checks that after removing id the voters the leader hears from

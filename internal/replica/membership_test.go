@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 	"encoding/binary"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,4 +79,91 @@ func TestChangeMemberDuringATransferSaysRetry(t *testing.T) {
 	}, 5*time.Second, time.Millisecond, "the transfer never started")
 	_, err := r.ChangeMember(ctx, 400, AddLearner, 4, nil, false)
 	require.ErrorIs(t, err, ErrTransferring)
+}
+
+// TestSecondChangeWhilePendingSaysRetry: raft turns a configuration change
+// proposed while another is still unapplied into an empty entry and says
+// nothing, so the second change's caller waited out its whole timeout and
+// then heard that the change "may still apply", which it never would. It
+// must hear at once that another change is in progress.
+func TestSecondChangeWhilePendingSaysRetry(t *testing.T) {
+	net := transport.NewMemNetwork()
+	defer net.Close()
+	// The leader keeps leading, cut off, for an election timeout: 3 s.
+	reps, lead := startTrio(t, net, nil, func(c *Config) { c.ElectionTicks = 300 })
+	r := reps[lead]
+	for i := range reps {
+		if i != lead {
+			net.Cut(uint64(r.cfg.ID), uint64(reps[i].Status().ID))
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		_, err := r.ChangeMember(ctx, 500, AddLearner, 4, nil, false)
+		first <- err
+	}()
+	require.Eventually(t, func() bool {
+		return r.do(ctx, func() error {
+			if r.rn.BasicStatus().GetCommit() >= r.rn.Status().Progress[uint64(r.cfg.ID)].Match {
+				return ErrBusy // the first change is not in the log yet
+			}
+			return nil
+		}) == nil
+	}, 5*time.Second, time.Millisecond, "the first change never reached the leader's log")
+	_, err := r.ChangeMember(ctx, 501, AddLearner, 5, nil, false)
+	require.ErrorIs(t, err, ErrChangeInProgress)
+	cancel()
+	require.Error(t, <-first)
+}
+
+// gatedConfSM is an echoSM whose apply of a configuration change waits for
+// release, after saying so on entered.
+type gatedConfSM struct {
+	echoSM
+	entered, release chan struct{}
+}
+
+func (g *gatedConfSM) Apply(ents []Entry) ([]Applied, error) {
+	for _, e := range ents {
+		if e.Conf != nil {
+			close(g.entered)
+			<-g.release
+		}
+	}
+	return g.echoSM.Apply(ents)
+}
+
+// TestChangeMemberAnswersAfterTheStateMachineApplies: the member table is
+// the state machine's, written when it applies the change. A join answered
+// before that could list members without the one it just added, and a
+// caller that reads the table after its change could miss it.
+func TestChangeMemberAnswersAfterTheStateMachineApplies(t *testing.T) {
+	sm := &gatedConfSM{entered: make(chan struct{}), release: make(chan struct{})}
+	r := startSoloWith(t, sm, 0)
+	var once sync.Once
+	release := func() { once.Do(func() { close(sm.release) }) }
+	t.Cleanup(release) // before the replica's own cleanup stops its loop
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type answer struct {
+		index uint64
+		err   error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		index, err := r.ChangeMember(ctx, 600, AddLearner, 2, nil, false)
+		done <- answer{index, err}
+	}()
+	<-sm.entered
+	select {
+	case a := <-done:
+		t.Fatalf("answered (%d, %v) while the state machine was still applying the change", a.index, a.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	release()
+	a := <-done
+	require.NoError(t, a.err)
+	require.GreaterOrEqual(t, sm.AppliedIndex(), a.index)
 }

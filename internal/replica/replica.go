@@ -289,6 +289,9 @@ type Replica struct {
 	// bytes: flushProposals steps them as one MsgProp.
 	batch      []proposal
 	batchBytes int
+	// The request ID of the configuration change proposed since the last
+	// Ready, 0 when none (checkConfProposed).
+	confProposed uint64
 }
 
 // Start opens the raft member over log and sm and runs its Ready loop until
@@ -870,6 +873,7 @@ func (r *Replica) refusesVote(m *pb.Message) bool {
 const campaignTransfer = "CampaignTransfer"
 
 func (r *Replica) handleReady(rd raft.Ready) error {
+	r.checkConfProposed(rd)
 	if rd.SoftState != nil && rd.SoftState.Lead != r.leader {
 		r.logger.Info("leader changed", "from", r.leader, "to", rd.SoftState.Lead, "term", r.rn.BasicStatus().GetTerm())
 		lost := r.leader != 0
@@ -1057,6 +1061,7 @@ func (r *Replica) send(msgs []*pb.Message) error {
 func (r *Replica) apply(committed []*pb.Entry) error {
 	ents := make([]Entry, len(committed))
 	bytes := 0
+	var changes []Applied // configuration changes proposed on this node
 	for i, e := range committed {
 		ents[i] = Entry{Index: e.GetIndex()}
 		bytes += len(e.GetData())
@@ -1064,16 +1069,24 @@ func (r *Replica) apply(committed []*pb.Entry) error {
 		case pb.EntryNormal:
 			ents[i].Data = e.GetData()
 		case pb.EntryConfChange, pb.EntryConfChangeV2:
-			cc, err := r.applyConfChange(e)
+			cc, reqID, err := r.applyConfChange(e)
 			if err != nil {
 				return err
 			}
 			ents[i].Conf = cc
+			if reqID != 0 {
+				changes = append(changes, Applied{ReqID: reqID, Result: e.GetIndex()})
+			}
 		}
 	}
 	results, err := r.sm.Apply(ents)
 	if err != nil {
 		return fmt.Errorf("apply committed entries: %w", err)
+	}
+	// A change's caller hears of it once the state machine holds its member
+	// row too: a join's answer lists the members from there.
+	for _, c := range changes {
+		r.waits.trigger(c.ReqID, Outcome{Result: c.Result})
 	}
 	r.span.applied(committed[len(committed)-1].GetIndex(), bytes)
 	// The writers gather waits for: those whose writes are queued already,
@@ -1089,10 +1102,13 @@ func (r *Replica) apply(committed []*pb.Entry) error {
 	return nil
 }
 
-func (r *Replica) applyConfChange(e *pb.Entry) (*ConfChange, error) {
+// applyConfChange applies a committed configuration change to raft and
+// returns it as the state machine sees it, with the request ID of the
+// ChangeMember call that proposed it (0 when none on this node did).
+func (r *Replica) applyConfChange(e *pb.Entry) (*ConfChange, uint64, error) {
 	cci, err := confChangeFromEntry(e)
 	if err != nil {
-		return nil, fmt.Errorf("decode conf change at %d: %w", e.GetIndex(), err)
+		return nil, 0, fmt.Errorf("decode conf change at %d: %w", e.GetIndex(), err)
 	}
 	r.confState = r.rn.ApplyConfChange(cci)
 	r.lastConfChange = e.GetIndex()
@@ -1101,7 +1117,7 @@ func (r *Replica) applyConfChange(e *pb.Entry) (*ConfChange, error) {
 	// changes raft's configuration but not the member table.
 	c, ok := cci.(*pb.ConfChange)
 	if !ok {
-		return nil, nil
+		return nil, 0, nil
 	}
 	out := &ConfChange{ID: NodeID(c.GetNodeId()), Context: c.GetContext()}
 	switch c.GetType() {
@@ -1118,12 +1134,9 @@ func (r *Replica) applyConfChange(e *pb.Entry) (*ConfChange, error) {
 			r.logger.Warn("this member was removed from the cluster", "index", e.GetIndex())
 		}
 	default:
-		return nil, nil
+		return nil, 0, nil
 	}
-	if id := c.GetId(); id != 0 {
-		r.waits.trigger(id, Outcome{Result: e.GetIndex()})
-	}
-	return out, nil
+	return out, c.GetId(), nil
 }
 
 // readded clears the removal of this member when a later entry adds it
