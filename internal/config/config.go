@@ -93,8 +93,8 @@ type Config struct {
 	// MinFreeDisk is the free space (bytes; k/m/g suffixes) below which the
 	// data dir's filesystem counts as full: writes that add data are refused
 	// ("SERVER_ERROR out of memory storing object", HTTP 507) while reads,
-	// deletes and flush_all go on, until space is back (checked every
-	// second). A write the raft log fails to persist stops the node, so
+	// deletes and flush_all go on, until free space is back above the
+	// floor plus an eighth of it (checked every second). A write the raft log fails to persist stops the node, so
 	// this refuses them politely first. Default 64m; 0 turns it off.
 	MinFreeDisk Size `yaml:"min-free-disk"`
 	// CacheSize is Pebble's block cache for the state store. Default 64m.

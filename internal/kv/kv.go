@@ -103,6 +103,11 @@ type flushCrawl struct {
 	flushAt int64  // the flush time crawled for
 	cursor  []byte // the last key read; nil: from the start
 	done    bool   // every item was read once the flush time had come
+	// readFrom is the commit index when the pass began: it reads nothing
+	// before this node has applied that far. A leader just elected may not
+	// have applied every write stamped before the flush's time yet, and a
+	// pass that stepped over their keys would never delete them.
+	readFrom uint64
 }
 
 // New builds the service. now is the proposer's clock (time.Now in
@@ -139,7 +144,7 @@ type Call struct {
 // Submit stamps, encodes and proposes c. Calls submitted from one goroutine
 // enter the log in submission order. The request timeout starts now.
 func (s *Service) Submit(ctx context.Context, c *command.Command) (*Call, error) {
-	if g := s.space.Load(); g != nil && g.Low() && !freesSpace(c.Op) {
+	if g := s.space.Load(); g != nil && g.Low() && !passesLowDisk(c.Op) {
 		return nil, ErrNoSpace
 	}
 	deadline := s.now().Add(s.cfg.RequestTimeout)
@@ -298,8 +303,12 @@ func (s *Service) crawlFlushed(ctx context.Context) error {
 	if now < start || now > start+int64(crawlWindow) {
 		return nil
 	}
+	st := s.r.Status() // read after now, so its commit index covers every entry committed by start
 	if s.crawl.flushAt != flushAt {
-		s.crawl = flushCrawl{flushAt: flushAt}
+		s.crawl = flushCrawl{flushAt: flushAt, readFrom: st.Commit}
+	}
+	if st.Applied < s.crawl.readFrom {
+		return nil
 	}
 	for range crawlCalls {
 		if s.crawl.done {

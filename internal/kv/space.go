@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +23,7 @@ var ErrNoSpace = errors.New("out of disk space: free space is below --min-free-d
 // manual disarm.
 type SpaceGuard struct {
 	min    uint64
+	resume uint64 // free bytes that lift a low guard: min plus a margin
 	free   func() (uint64, error)
 	logger *slog.Logger
 	low    atomic.Bool
@@ -30,28 +32,43 @@ type SpaceGuard struct {
 }
 
 // NewSpaceGuard watches free (bytes available to kvd) against min.
+// Once low, it lifts only when free space is back above min by an eighth of
+// min: a disk hovering at the floor, filled by writes and emptied by
+// compactions, would otherwise flip between refusing and accepting writes,
+// and log an error, every second.
 func NewSpaceGuard(min uint64, free func() (uint64, error), logger *slog.Logger) *SpaceGuard {
-	return &SpaceGuard{min: min, free: free, logger: logger}
+	resume := min + min/8
+	if resume < min {
+		resume = math.MaxUint64 // a floor near 2^64: no margin left
+	}
+	return &SpaceGuard{min: min, resume: resume, free: free, logger: logger}
 }
 
 // Check measures once. A failed measurement changes nothing: the guard
-// must not refuse writes because it cannot see the disk.
+// does not start refusing writes because it cannot see the disk, nor stop
+// refusing them on a disk it last saw low.
 func (g *SpaceGuard) Check() {
 	n, err := g.free()
 	if err != nil {
-		// Once per failing spell, not once a second.
+		// Once per failing spell, not once a second; saying what the
+		// guard keeps doing meanwhile, which depends on its last reading.
 		if !g.blind.Swap(true) {
-			g.logger.Warn("cannot measure free disk space; writes are not refused meanwhile", "err", err)
+			if g.low.Load() {
+				g.logger.Warn("cannot measure free disk space; writes stay refused until a measurement shows space", "err", err)
+			} else {
+				g.logger.Warn("cannot measure free disk space; writes are not refused meanwhile", "err", err)
+			}
 		}
 		return
 	}
 	g.blind.Store(false)
 	g.avail.Store(n)
-	low := n < g.min
+	was := g.low.Load()
+	low := n < g.min || (was && n < g.resume)
 	if g.low.Swap(low) != low {
 		if low {
 			g.logger.Error("free disk space below --min-free-disk: refusing writes until space is freed",
-				"free_bytes", n, "min_free_bytes", g.min)
+				"free_bytes", n, "min_free_bytes", g.min, "resume_free_bytes", g.resume)
 		} else {
 			g.logger.Info("free disk space is back above --min-free-disk: accepting writes", "free_bytes", n)
 		}
@@ -78,11 +95,15 @@ func (g *SpaceGuard) Low() bool { return g.low.Load() }
 // Free is the free space last measured, in bytes.
 func (g *SpaceGuard) Free() uint64 { return g.avail.Load() }
 
-// freesSpace lists the operations a low disk still lets through: they
-// remove data, so they are how an operator makes room.
-func freesSpace(op command.Op) bool {
+// passesLowDisk lists the operations a low disk still lets through. Deletes,
+// flush_all and the leader's expiry sweep remove data: they are how an
+// operator makes room. A member's addresses are a row of a few hundred bytes
+// a node publishes when it starts or moves: refusing them on a low disk
+// would leave peers dialling its old address, so that it could not even
+// receive the deletes that free space.
+func passesLowDisk(op command.Op) bool {
 	switch op {
-	case command.OpDelete, command.OpFlush, command.OpExpire:
+	case command.OpDelete, command.OpFlush, command.OpExpire, command.OpMember:
 		return true
 	}
 	return false

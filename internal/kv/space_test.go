@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -33,7 +34,13 @@ func TestSpaceGuard(t *testing.T) {
 		{"one byte under", floor - 1, nil, true},
 		{"full", 0, nil, true},
 		{"unmeasurable keeps the last word", 10 << 30, errors.New("statfs: EIO"), true},
-		{"space freed", floor + 1, nil, false},
+		// Hysteresis: a disk hovering at the floor must not flip the guard
+		// every second; it lifts an eighth of the floor above it.
+		{"just above the floor", floor + 1, nil, true},
+		{"under the margin", floor + floor/8 - 1, nil, true},
+		{"space freed", floor + floor/8, nil, false},
+		{"above the floor, under the margin, once lifted", floor + 1, nil, false},
+		{"at the floor once lifted", floor, nil, false},
 		{"unmeasurable while fine", 0, errors.New("statfs: EIO"), false},
 	} {
 		free, freeErr = step.free, step.err
@@ -51,7 +58,42 @@ func TestSpaceGuard(t *testing.T) {
 			require.ErrorIs(t, err, ErrNoSpace, "%s: %s", step.name, op)
 		}
 	}
-	for _, op := range []command.Op{command.OpDelete, command.OpFlush, command.OpExpire} {
-		require.True(t, freesSpace(op), "%s frees space and must pass a low disk", op)
+}
+
+// TestPassesLowDisk: what frees space, and a member's address row, which a
+// node must publish to be reachable at all, pass a low disk; every write that
+// adds or rewrites an item does not.
+func TestPassesLowDisk(t *testing.T) {
+	for op, want := range map[command.Op]bool{
+		command.OpDelete: true, command.OpFlush: true, command.OpExpire: true, command.OpMember: true,
+		command.OpSet: false, command.OpAdd: false, command.OpReplace: false, command.OpAppend: false,
+		command.OpPrepend: false, command.OpCAS: false, command.OpIncr: false, command.OpDecr: false,
+		command.OpTouch: false, command.OpGAT: false,
+	} {
+		require.Equal(t, want, passesLowDisk(op), "%s", op)
+	}
+}
+
+// TestSpaceGuardBlindLog: the warning for a failed measurement says what the
+// guard keeps doing, which depends on its last reading: it claimed writes
+// were not refused even while it went on refusing them.
+func TestSpaceGuardBlindLog(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		free uint64
+		want string
+	}{
+		{"fine", 1 << 30, "writes are not refused meanwhile"},
+		{"low", 0, "writes stay refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			var freeErr error
+			g := NewSpaceGuard(1<<20, func() (uint64, error) { return tc.free, freeErr }, slog.New(slog.NewTextHandler(&buf, nil)))
+			g.Check()
+			freeErr = errors.New("statfs: EIO")
+			g.Check()
+			require.Contains(t, buf.String(), tc.want)
+		})
 	}
 }

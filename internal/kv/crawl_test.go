@@ -1,0 +1,65 @@
+package kv
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvd-project/kvd/internal/command"
+	"github.com/kvd-project/kvd/internal/replica"
+)
+
+// crawlReplica leads with the commit and applied indexes the test sets.
+type crawlReplica struct {
+	Replica
+	commit, applied uint64
+}
+
+func (r *crawlReplica) Status() replica.Status {
+	return replica.Status{Role: "leader", Ready: true, Commit: r.commit, Applied: r.applied}
+}
+
+// crawlStore has a delayed flush_all recorded and counts the crawl's reads;
+// it finds nothing hidden, so the crawl proposes nothing.
+type crawlStore struct {
+	listStore
+	flushAt int64
+	reads   int
+}
+
+func (s *crawlStore) FlushAt() int64 { return s.flushAt }
+
+func (s *crawlStore) HiddenAfter([]byte, int, int64, int64) ([]command.KeyCAS, []byte, error) {
+	s.reads++
+	return nil, []byte("k"), nil // more to read
+}
+
+// TestCrawlWaitsForApplied: a leader freshly elected may not yet have applied
+// entries committed before the flush's time (writes it hides). A pass that
+// read the store before they were applied would step over their keys and
+// never delete them: the pass starts once this node has applied what was
+// committed when the pass began.
+func TestCrawlWaitsForApplied(t *testing.T) {
+	flushAt := time.Unix(1_800_000_000, 0)
+	now := flushAt.Add(time.Minute)
+	r := &crawlReplica{commit: 100, applied: 40}
+	st := &crawlStore{flushAt: flushAt.UnixNano()}
+	s := New(Config{RequestTimeout: time.Second}, r, st, slog.New(slog.DiscardHandler), func() time.Time { return now })
+	for _, step := range []struct {
+		name            string
+		commit, applied uint64
+		wantReads       int
+	}{
+		{"behind what was committed when the pass began", 100, 40, 0},
+		{"still behind it, with more committed since", 150, 99, 0},
+		{"caught up with the pass's start, not with the commit index now", 180, 100, crawlCalls},
+		{"behind again: the pass goes on", 200, 190, 2 * crawlCalls},
+	} {
+		r.commit, r.applied = step.commit, step.applied
+		require.NoError(t, s.crawlFlushed(context.Background()), step.name)
+		require.Equal(t, step.wantReads, st.reads, step.name)
+	}
+}
