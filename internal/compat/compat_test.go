@@ -247,6 +247,10 @@ var conformanceFlush = []exchange{
 	// pending delayed one.
 	one("flush_all_delay", "set {p}a 0 0 1\r\nx\r\nflush_all 3600\r\nget {p}a\r\nflush_all 3600 noreply\r\nflush_all 0\r\nget {p}a\r\n"+
 		"set {p}b 0 0 1\r\ny\r\nget {p}b\r\n", "STORED\r\nOK\r\nVALUE {p}a 0 1\r\nx\r\nEND\r\nOK\r\nEND\r\nSTORED\r\nVALUE {p}b 0 1\r\ny\r\nEND\r\n"),
+	// A delay over 30 days is an absolute time; one before anything was
+	// stored flushes nothing (and replaces the pending delayed flush).
+	one("flush_all_absolute_past", "set {p}a 0 0 1\r\nx\r\nflush_all 3600\r\nflush_all 1000000000\r\nflush_all 2592001 noreply\r\nget {p}a\r\n",
+		"STORED\r\nOK\r\nOK\r\nVALUE {p}a 0 1\r\nx\r\nEND\r\n"),
 	one("flush_all_last", "flush_all 0 extra\r\nflush_all\r\n", "OK\r\nOK\r\n"),
 }
 

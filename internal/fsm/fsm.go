@@ -723,7 +723,15 @@ func (f *FSM) applyFlush(b *pebble.Batch, st *applyState, c *command.Command) (R
 	if c.Delay > 0 {
 		at = expiryOf(c.Delay, c.Stamp)
 	}
-	if at > c.Stamp {
+	// A delay is a horizon: what was stored before it goes once it comes.
+	// One given as an absolute time already past (over 30 days, like an
+	// exptime) is a horizon that has come, not a flush of everything:
+	// memcached 1.6.18 flushes nothing for a time before it started (the
+	// 1970 of "flush_all 2592001", the 2001 of "flush_all 1000000000"),
+	// and such a horizon hides nothing here either. (For a past time after
+	// its start memcached flushes everything; here only what was stored
+	// before that time goes.)
+	if c.Delay > 0 {
 		// A later flush_all replaces a pending one, as in memcached. One
 		// whose horizon has passed is no longer pending: what it hid goes
 		// for good first, or the new horizon would bring it back.

@@ -546,3 +546,55 @@ func TestDelayedFlushReplacedAfterItsHorizonStaysFlushed(t *testing.T) {
 	add.Stamp = t0 + 22e9
 	require.Equal(t, StatusStored, a.do(add).Status)
 }
+
+// TestFlushAllAbsoluteTimeInThePast: a flush_all delay over 30 days is an
+// absolute Unix time, as an exptime is. memcached 1.6.18 reads one already
+// past as a horizon: what was stored before it is flushed. A time before
+// anything was stored (the 1970 of "flush_all 2592001", the 2001 of
+// "flush_all 1000000000") therefore flushes nothing there, and replaces a
+// pending delayed flush_all; kvd flushed everything.
+func TestFlushAllAbsoluteTimeInThePast(t *testing.T) {
+	tests := []struct {
+		name    string
+		delay   int64
+		pending bool     // a delayed flush_all is pending before it
+		visible []string // of "older" (stored t0-10s) and "newer" (t0-1s), at t0+1h
+	}{
+		{name: "1970", delay: 2592001, visible: []string{"older", "newer"}},
+		{name: "2001", delay: 1_000_000_000, visible: []string{"older", "newer"}},
+		{name: "2001 replaces a pending flush", delay: 1_000_000_000, pending: true, visible: []string{"older", "newer"}},
+		{name: "between the two stores", delay: t0/1e9 - 5, visible: []string{"newer"}},
+		{name: "the flush's own second", delay: t0 / 1e9, visible: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := openTest(t, t.TempDir())
+			defer f.Close()
+			a := &applier{t: t, f: f}
+			older, newer := set(command.OpSet, "older", "v"), set(command.OpSet, "newer", "v")
+			older.Stamp, newer.Stamp = t0-10e9, t0-1e9
+			a.do(older)
+			a.do(newer)
+			if tt.pending {
+				a.do(command.Command{Op: command.OpFlush, Delay: 10, Stamp: t0})
+			}
+			require.Equal(t, StatusOK, a.do(command.Command{Op: command.OpFlush, Delay: tt.delay, Stamp: t0 + 1}).Status)
+			var got []string
+			for _, k := range []string{"older", "newer"} {
+				_, ok, err := f.Get([]byte(k), t0+3600e9)
+				require.NoError(t, err)
+				if ok {
+					got = append(got, k)
+				}
+			}
+			require.Equal(t, tt.visible, got)
+			// Stored after the flush: always visible.
+			after := set(command.OpSet, "after", "v")
+			after.Stamp = t0 + 2
+			a.do(after)
+			_, ok, err := f.Get([]byte("after"), t0+3600e9)
+			require.NoError(t, err)
+			require.True(t, ok)
+		})
+	}
+}
