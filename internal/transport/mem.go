@@ -23,7 +23,8 @@ import (
 // when its turn comes, its link has been partitioned or cut. A message that
 // cannot be delivered because its link is blocked, its destination is not
 // registered, or its link queue is full is dropped and the sender's Handler
-// gets ReportUnreachable, as it would from TCP when dials fail. Random loss
+// gets ReportUnreachable, as it would from TCP when dials fail; so is one
+// still queued (or delayed) when its destination closes. Random loss
 // (SetDrop) is silent, except that a lost MsgSnap is reported as a failed
 // snapshot.
 type MemNetwork struct {
@@ -229,13 +230,7 @@ func (t *MemTransport) send(m *pb.Message) {
 	if err != nil {
 		panic(fmt.Sprintf("transport: cannot marshal %s for node %d: %v", m.GetType(), to, err))
 	}
-	l := t.link(dst)
-	if l == nil {
-		return // closed
-	}
-	select {
-	case l.q <- memEnvelope{data: data, snap: snap, due: due}:
-	default:
+	if !t.enqueue(dst, memEnvelope{data: data, snap: snap, due: due}) && t.ctx.Err() == nil {
 		t.unreachable(to, snap)
 	}
 }
@@ -247,24 +242,38 @@ func (t *MemTransport) unreachable(to uint64, snap bool) {
 	}
 }
 
-// link returns the queue to dst, starting its delivery goroutine on first
-// use; nil once t is closed.
-func (t *MemTransport) link(dst *MemTransport) *memLink {
+// enqueue puts e on the link to dst, starting the link's delivery goroutine
+// on first use. It reports false when e was not queued: t is closed, dst
+// has closed, or the link is full. It holds t.mu, which deliver takes once
+// after dst closes and before it drains the link: so whatever enqueue queued
+// is drained and reported by deliver, and what it did not queue is reported
+// by the caller.
+func (t *MemTransport) enqueue(dst *MemTransport, e memEnvelope) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed {
-		return nil
+	if t.closed || dst.ctx.Err() != nil {
+		return false
 	}
 	l := t.links[dst.id]
-	if l != nil && l.dst == dst {
-		return l
+	if l == nil || l.dst != dst {
+		l = t.newLinkLocked(dst)
 	}
+	select {
+	case l.q <- e:
+		return true
+	default:
+		return false
+	}
+}
+
+// newLinkLocked creates the queue to dst and starts its delivery goroutine.
+func (t *MemTransport) newLinkLocked(dst *MemTransport) *memLink {
 	// First message to dst, or dst was closed and re-registered: the old
 	// link's goroutine exits with the old receiver.
 	t.n.mu.Lock()
 	size := t.n.queueSize
 	t.n.mu.Unlock()
-	l = &memLink{dst: dst, q: make(chan memEnvelope, size)}
+	l := &memLink{dst: dst, q: make(chan memEnvelope, size)}
 	t.links[dst.id] = l
 	t.wg.Add(1)
 	go t.deliver(l)
@@ -272,7 +281,9 @@ func (t *MemTransport) link(dst *MemTransport) *memLink {
 }
 
 // deliver steps the link's messages into the receiver in order until either
-// end closes.
+// end closes. When the receiver closes first, what is still queued is
+// reported undelivered: raft waits for ReportSnapshot after a MsgSnap, and
+// a MsgSnap lost without one would stall that peer for good.
 func (t *MemTransport) deliver(l *memLink) {
 	defer t.wg.Done()
 	ctx, cancel := context.WithCancel(t.ctx)
@@ -280,6 +291,7 @@ func (t *MemTransport) deliver(l *memLink) {
 	release := afterFunc(l.dst.ctx, cancel)
 	defer release()
 	to := l.dst.id
+	defer t.drainClosedLink(l)
 	var timer *time.Timer
 	for {
 		var e memEnvelope
@@ -297,6 +309,9 @@ func (t *MemTransport) deliver(l *memLink) {
 			select {
 			case <-ctx.Done():
 				timer.Stop()
+				if t.ctx.Err() == nil {
+					t.unreachable(to, e.snap)
+				}
 				return
 			case <-timer.C:
 			}
@@ -319,6 +334,28 @@ func (t *MemTransport) deliver(l *memLink) {
 	}
 }
 
+// drainClosedLink reports, when l's receiver has closed and t has not,
+// every message still queued on l as undelivered. Once it has passed t.mu,
+// enqueue sees the receiver closed and queues nothing more on l.
+func (t *MemTransport) drainClosedLink(l *memLink) {
+	if t.ctx.Err() != nil {
+		return // the sender closed: nobody is waiting for reports
+	}
+	t.mu.Lock()
+	if t.links[l.dst.id] == l {
+		delete(t.links, l.dst.id)
+	}
+	t.mu.Unlock()
+	for {
+		select {
+		case e := <-l.q:
+			t.unreachable(l.dst.id, e.snap)
+		default:
+			return
+		}
+	}
+}
+
 // AddPeer does nothing: on a MemNetwork nodes are addressed by ID. It exists
 // so that MemTransport and TCP satisfy the same interface.
 func (t *MemTransport) AddPeer(id uint64, addr string) {}
@@ -326,8 +363,10 @@ func (t *MemTransport) AddPeer(id uint64, addr string) {}
 // RemovePeer does nothing; see AddPeer.
 func (t *MemTransport) RemovePeer(id uint64) {}
 
-// Close unregisters the node, stops its links (messages queued to or from it
-// are discarded) and waits for its goroutines. Later calls do nothing.
+// Close unregisters the node, stops its links and waits for its goroutines.
+// Messages queued from it are discarded; those queued to it are dropped and
+// reported to their senders like any undeliverable message. Later calls do
+// nothing.
 func (t *MemTransport) Close() error {
 	t.mu.Lock()
 	already := t.closed
