@@ -36,6 +36,7 @@ type peer struct {
 	id    uint64
 	addr  string
 	queue chan *pb.Message
+	probe chan struct{} // Probe: dial if not connected
 	c     *peerCounters
 	log   *slog.Logger
 
@@ -53,6 +54,7 @@ func newPeer(t *TCP, id uint64, addr string, c *peerCounters) *peer {
 		id:     id,
 		addr:   addr,
 		queue:  make(chan *pb.Message, t.cfg.QueueSize),
+		probe:  make(chan struct{}, 1),
 		c:      c,
 		log:    t.log.With("peer", id, "addr", addr),
 		ctx:    ctx,
@@ -115,6 +117,19 @@ func (p *peer) run() {
 			p.dropQueued()
 			return
 		case first = <-p.queue:
+		case <-p.probe:
+			// Dial only: a failure is not reported unreachable (no
+			// message was lost) but backs off the next dial as any does.
+			if w.conn == nil && (backoff == 0 || time.Since(lastFail) >= backoff) {
+				if err := w.connect(); err != nil {
+					if p.ctx.Err() != nil {
+						return
+					}
+					backoff = nextBackoff(backoff, p.t.cfg.MaxBackoff)
+					lastFail = time.Now()
+				}
+			}
+			continue
 		}
 		if w.conn == nil {
 			if backoff > 0 && !p.sleep(jitter(backoff)-time.Since(lastFail)) {

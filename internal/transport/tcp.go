@@ -157,6 +157,25 @@ func (t *TCP) Connected(id uint64) bool {
 	return p != nil && p.connected.Load()
 }
 
+// Probe makes every peer not connected dial once, with no message to send,
+// unless it is backing off after a failure. A member that has nothing to
+// send (a learner never campaigns) otherwise never dials, and a leader that
+// no longer counts it as a member refuses it only at a handshake
+// (Config.NotMember, OnNotMember). It returns at once.
+func (t *TCP) Probe() {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if !t.started {
+		return
+	}
+	for _, p := range t.peers {
+		select {
+		case p.probe <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // AddPeer adds a peer, or changes the address of a known one (its
 // connection is replaced and whatever was queued for the old address is
 // dropped). Adding the local ID or ID 0 is ignored.

@@ -530,3 +530,40 @@ func TestTCPNotMemberRefusal(t *testing.T) {
 		t.Fatalf("refused sender delivered %d messages", n)
 	}
 }
+
+// TestTCPProbeDialsWithoutMessages: a member with nothing to send (a
+// learner, which never campaigns) never dialled anyone, so a leader that
+// no longer counts it could never tell it so. Probe dials every peer not
+// connected, and a refusal reaches OnNotMember; a connected peer is left
+// as it is.
+func TestTCPProbeDialsWithoutMessages(t *testing.T) {
+	checkNoLeak(t)
+	rec1, rec2, rec3 := newRecorder(), newRecorder(), newRecorder()
+	cfg2 := fastConfig(7, 2, nil)
+	cfg2.NotMember = func(from uint64) (uint64, bool) { return 77, from == 1 }
+	t2 := newTCP(t, cfg2, rec2, nil)
+	t3 := newTCP(t, fastConfig(7, 3, nil), rec3, nil)
+
+	reports := make(chan uint64, 16)
+	cfg1 := fastConfig(7, 1, map[uint64]string{2: t2.Addr(), 3: t3.Addr()})
+	cfg1.OnNotMember = func(peer, applied uint64) {
+		select {
+		case reports <- applied:
+		default:
+		}
+	}
+	t1 := newTCP(t, cfg1, rec1, nil)
+	t1.Probe()
+	select {
+	case applied := <-reports:
+		if applied != 77 {
+			t.Fatalf("OnNotMember(_, %d), want 77", applied)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Probe did not dial the peer that refuses this node")
+	}
+	waitFor(t, "the probe's connection to node 3", func() bool { return t1.Connected(3) })
+	if n := rec3.count(1); n != 0 {
+		t.Fatalf("a probe delivered %d messages", n)
+	}
+}
