@@ -64,7 +64,9 @@ names (e.g. "max-item-size: 2m").`,
 			}
 			// Before any file or listener is open: it may execute kvd again.
 			timerslack.Ensure(cmd.Context(), cfg.TimerSlack, logger)
-			n, err := node.Start(cfg, logger)
+			// A signal during start-up (a join still waiting for its
+			// answer) stops it, rather than wait for the start to end.
+			n, err := node.StartContext(cmd.Context(), cfg, logger)
 			if err != nil {
 				return err
 			}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -159,11 +160,17 @@ func (c *Config) LoadFile(path string) error {
 	}
 	defer f.Close()
 	dec := yaml.NewDecoder(f)
-	dec.KnownFields(true)
 	loaded := *c
-	if err := dec.Decode(&loaded); errors.Is(err, io.EOF) {
+	var doc yaml.Node
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
 		return nil
 	} else if err != nil {
+		return fmt.Errorf("parse config file %s: %w", path, err)
+	}
+	if err := asFlags(&doc); err != nil {
+		return fmt.Errorf("parse config file %s: %w", path, err)
+	}
+	if err := doc.Decode(&loaded); err != nil {
 		return fmt.Errorf("parse config file %s: %w", path, err)
 	}
 	for {
@@ -182,6 +189,44 @@ func (c *Config) LoadFile(path string) error {
 	}
 	*c = loaded
 	return nil
+}
+
+// fileKeys maps each config file key to whether its field is a duration.
+var fileKeys = func() map[string]bool {
+	keys := map[string]bool{}
+	typ := reflect.TypeOf(Config{})
+	for i := range typ.NumField() {
+		keys[typ.Field(i).Tag.Get("yaml")] = typ.Field(i).Type == reflect.TypeOf(time.Duration(0))
+	}
+	return keys
+}()
+
+// asFlags refuses unknown keys (a node decodes without the decoder's
+// KnownFields) and has a duration written as a bare number read as the
+// flag reads it: "timer-slack: 0" is the documented "0: keep", which yaml
+// refuses as an integer where --timer-slack 0 is accepted; any other bare
+// number still fails for its missing unit, as the flag does.
+func asFlags(doc *yaml.Node) error {
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil // Decode reports what is not a mapping
+	}
+	var errs []error
+	m := doc.Content[0]
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		if k.Tag == "!!merge" {
+			continue
+		}
+		duration, known := fileKeys[k.Value]
+		if !known {
+			errs = append(errs, fmt.Errorf("line %d: unknown key %q", k.Line, k.Value))
+			continue
+		}
+		if duration && v.Kind == yaml.ScalarNode && v.Tag == "!!int" {
+			v.Tag = "!!str"
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // emptyDocument: a document that sets nothing, like the one a trailing
@@ -233,9 +278,11 @@ func (c *Config) Members() ([]Member, error) {
 	if strings.TrimSpace(c.InitialCluster) == "" {
 		return []Member{{Name: c.Name, PeerAddr: c.PeerAddr}}, nil
 	}
+	parts := strings.Split(c.InitialCluster, ",")
 	var out []Member
 	seen := map[string]bool{}
-	for _, part := range strings.Split(c.InitialCluster, ",") {
+	at := map[string]string{} // address → the member listed there
+	for _, part := range parts {
 		name, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
 		if !ok || name == "" || addr == "" {
 			return nil, fmt.Errorf("initial-cluster: %q is not name=host:port", part)
@@ -244,15 +291,27 @@ func (c *Config) Members() ([]Member, error) {
 			return nil, fmt.Errorf("initial-cluster: member name %q: %w", name, err)
 		}
 		addr = strings.TrimPrefix(strings.TrimPrefix(addr, "http://"), "https://")
-		if _, port, err := net.SplitHostPort(addr); err != nil {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
 			return nil, fmt.Errorf("initial-cluster: member %s: %w", name, err)
 		} else if !validPort(port, false) {
 			return nil, fmt.Errorf("initial-cluster: member %s: port %q must be a number from 1 to 65535", name, port)
+		}
+		// The other members dial each entry as it is written: an empty or
+		// wildcard host would have them dial themselves. Only a lone
+		// member's entry is where to listen (its node advertises its host
+		// name instead), like the default.
+		if ip := net.ParseIP(host); len(parts) > 1 && (host == "" || (ip != nil && ip.IsUnspecified())) {
+			return nil, fmt.Errorf("initial-cluster: member %s: %q is where to listen, not where the others reach it: give its host name or address", name, addr)
 		}
 		if seen[name] {
 			return nil, fmt.Errorf("initial-cluster: member %s listed twice", name)
 		}
 		seen[name] = true
+		if other, ok := at[addr]; ok {
+			return nil, fmt.Errorf("initial-cluster: members %s and %s have the same address %s", other, name, addr)
+		}
+		at[addr] = name
 		out = append(out, Member{Name: name, PeerAddr: addr})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

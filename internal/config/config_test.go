@@ -45,6 +45,16 @@ func TestMembers(t *testing.T) {
 		{"n1=nohost", nil, true},
 		{"n1=h:99999", nil, true},
 		{"n1=h:0", nil, true},
+		{"n1=h:1, n2=h:2", []Member{{"n1", "h:1"}, {"n2", "h:2"}}, false},
+		// The others would dial themselves.
+		{"n1=h:1,n2=:2", nil, true},
+		{"n1=h:1,n2=0.0.0.0:2", nil, true},
+		{"n1=[::]:1,n2=h:2", nil, true},
+		// A lone member's entry is where it listens, like the default.
+		{"n1=0.0.0.0:1", []Member{{"n1", "0.0.0.0:1"}}, false},
+		// Two members cannot share a peer address.
+		{"n1=h:1,n2=h:1", nil, true},
+		{"n1=h:1,n2=http://h:1", nil, true},
 	} {
 		c := Default()
 		c.Name, c.InitialCluster = "n1", tc.in

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -45,5 +46,38 @@ func TestLoadFileBadSizeNamesTheLine(t *testing.T) {
 		err := c.LoadFile(p)
 		require.ErrorContains(t, err, tc.err, "%q", tc.body)
 		require.Equal(t, Default(), c, "a refused file changes nothing")
+	}
+}
+
+// A config file key reads a value as its flag does: "timer-slack: 0"
+// (documented: 0 keeps the inherited slack) was refused as an integer
+// where --timer-slack 0 is accepted. Unknown keys stay errors.
+func TestLoadFileReadsDurationsAsTheFlags(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		want time.Duration // of timer-slack
+		err  string
+	}{
+		{body: "timer-slack: 0\n", want: 0},
+		{body: "timer-slack: 0s\n", want: 0},
+		{body: "timer-slack: 2ms\n", want: 2 * time.Millisecond},
+		{body: "timer-slack: \"0\"\n", want: 0},
+		// Like --request-timeout 5: a number without its unit.
+		{body: "request-timeout: 5\n", err: "line 1: cannot unmarshal"},
+		{body: "timer-slack: 0\nrequest-timout: 5s\n", err: `line 2: unknown key "request-timout"`},
+	} {
+		t.Run(tc.body, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "kvd.yaml")
+			require.NoError(t, os.WriteFile(p, []byte(tc.body), 0o600))
+			c := Default()
+			err := c.LoadFile(p)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				require.Equal(t, Default(), c, "a refused file changes nothing")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, c.TimerSlack)
+		})
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/kvd-project/kvd/internal/config"
 )
@@ -28,6 +30,40 @@ type membership struct {
 	// after the change that added it (0: unknown, a join answered by an
 	// older kvd). See removal.go.
 	AddedAt uint64 `json:"added_at,omitempty"`
+	// Self is the --name this data dir was started under. A member's raft
+	// ID is derived from its name, so the log and the state belong to it:
+	// started under another name, the node would be a stranger to its own
+	// cluster, never ready. Empty in a file written by an older kvd.
+	Self string `json:"self,omitempty"`
+	// ListenPeerAddr is the --peer-addr of the start that wrote the file.
+	// A founding member advertises its --initial-cluster entry, which
+	// describes that listener; once --peer-addr changes, the entry no
+	// longer does (see Start). Empty in a file written by an older kvd.
+	ListenPeerAddr string `json:"listen_peer_addr,omitempty"`
+}
+
+// checkSelf reports why this data dir cannot be started as member name:
+// it was started under another one.
+func (m *membership) checkSelf(name, path string) error {
+	owner := m.Self
+	if owner == "" && len(m.Bootstrap) == 0 && len(m.Members) > 0 &&
+		!slices.ContainsFunc(m.Members, func(x member) bool { return x.Name == name }) {
+		// An older file of a founding member: the member is one of the
+		// founders (which one is not recorded).
+		names := make([]string, 0, len(m.Members))
+		for _, x := range m.Members {
+			names = append(names, x.Name)
+		}
+		return fmt.Errorf("%s: the data dir belongs to one of the founding members %s, not to %q: "+
+			"a member's name is its raft ID and cannot change; start it under its own --name, or give %q an empty data dir",
+			path, strings.Join(names, ", "), name, name)
+	}
+	if owner != "" && owner != name {
+		return fmt.Errorf("%s: the data dir belongs to member %q, not to %q: "+
+			"a member's name is its raft ID and cannot change; start it with --name %s, or give %q an empty data dir",
+			path, owner, name, owner, name)
+	}
+	return nil
 }
 
 func (m *membership) bootstrapVoters() []uint64 {
@@ -60,6 +96,9 @@ func loadMembership(cfg config.Config, fresh bool) (*membership, error) {
 		if err := json.Unmarshal(b, &m); err != nil {
 			return nil, fmt.Errorf("read %s: %w", path, err)
 		}
+		if err := m.checkSelf(cfg.Name, path); err != nil {
+			return nil, err
+		}
 		return &m, nil
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("read %s: %w", path, err)
@@ -71,6 +110,7 @@ func loadMembership(cfg config.Config, fresh bool) (*membership, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.Self, m.ListenPeerAddr = cfg.Name, cfg.PeerAddr
 	b, err = json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return nil, err

@@ -366,7 +366,7 @@ func joinCluster(ctx context.Context, cfg config.Config, adv advertised, path st
 		select {
 		case <-time.After(500 * time.Millisecond):
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, fmt.Errorf("join %s: %w", cfg.Join, context.Cause(ctx))
 		}
 	}
 	if lastErr != nil {
@@ -394,6 +394,7 @@ func joinCluster(ctx context.Context, cfg config.Config, adv advertised, path st
 		return nil, fmt.Errorf("join %s: the answer names no bootstrap voters", cfg.Join)
 	}
 	m.AddedAt = info.AddedAt
+	m.Self, m.ListenPeerAddr = cfg.Name, cfg.PeerAddr
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return nil, err

@@ -77,7 +77,14 @@ func IDOf(name string) replica.NodeID {
 }
 
 // Start brings the node up and returns once its listeners are bound.
-func Start(cfg config.Config, logger *slog.Logger) (n *Node, err error) {
+func Start(cfg config.Config, logger *slog.Logger) (*Node, error) {
+	return StartContext(context.Background(), cfg, logger)
+}
+
+// StartContext is Start, abandoned when ctx ends: a SIGTERM while a joining
+// node still waits for the member it asks to answer (which it retries for
+// 15 seconds or more) stops it at once instead.
+func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (n *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
@@ -140,7 +147,7 @@ func Start(cfg config.Config, logger *slog.Logger) (n *Node, err error) {
 		n.adv.http = advertise(cfg.AdvertiseHTTPAddr, cfg.HTTPAddr)
 		n.adv.memcache = advertise(cfg.AdvertiseMemcacheAddr, cfg.MemcacheAddr)
 		logger.Info("joining cluster", "via", cfg.Join, "peer_addr", n.adv.peer)
-		if _, err := joinCluster(context.Background(), cfg, n.adv, filepath.Join(cfg.DataDir, membershipFile)); err != nil {
+		if _, err := joinCluster(ctx, cfg, n.adv, filepath.Join(cfg.DataDir, membershipFile)); err != nil {
 			return nil, err
 		}
 	}
@@ -149,6 +156,14 @@ func Start(cfg config.Config, logger *slog.Logger) (n *Node, err error) {
 		return nil, fmt.Errorf("cluster membership: %w", err)
 	}
 	n.ms = ms
+	if cfg.InitialCluster != "" && len(ms.Bootstrap) == 0 {
+		// Only the first start reads --initial-cluster; a changed one is
+		// ignored, which the operator who changed it should hear.
+		if given, err := fromFlags(cfg); err == nil && given.ClusterID != ms.ClusterID {
+			logger.Warn("initial-cluster differs from the one this data dir was founded with, and is ignored: membership changes go through kvd cluster add/remove",
+				"initial_cluster", cfg.InitialCluster, "file", filepath.Join(cfg.DataDir, membershipFile))
+		}
+	}
 	for _, v := range ms.bootstrapVoters() {
 		rcfg.Peers = append(rcfg.Peers, replica.NodeID(v))
 	}
@@ -222,9 +237,18 @@ func Start(cfg config.Config, logger *slog.Logger) (n *Node, err error) {
 		// node's entry is its --peer-addr, which may be a wildcard (the
 		// container image's 0.0.0.0): a joining node dialled that and
 		// reached itself, so the wildcard gives way to the host name.
+		// Once --peer-addr has changed since the first start, the entry
+		// names a port nobody listens on any more: the node published it
+		// and its peers could no longer reach it.
 		for _, m := range ms.Members {
-			if m.ID == uint64(rcfg.ID) {
+			if m.ID != uint64(rcfg.ID) {
+				continue
+			}
+			if ms.ListenPeerAddr == "" || ms.ListenPeerAddr == cfg.PeerAddr {
 				n.adv.peer = advertise("", m.PeerAddr)
+			} else {
+				logger.Warn("peer-addr changed since the first start: advertising it instead of this member's --initial-cluster entry (set --advertise-peer-addr to choose)",
+					"first_peer_addr", ms.ListenPeerAddr, "peer_addr", cfg.PeerAddr, "advertised", n.adv.peer)
 			}
 		}
 	}

@@ -31,8 +31,9 @@ import (
 //     what this member has applied, the leader knows of its removal.
 //
 // A member whose starting point is unknown (a join answered by an older
-// kvd, or a data dir started under another name) draws no conclusion and
-// waits, not ready, as before.
+// kvd) draws no conclusion and waits, not ready, as before. A data dir
+// started under another name no longer gets this far: loadMembership
+// refuses it (membership.checkSelf).
 
 // memberSince returns the index from which this node's membership is known
 // to hold, and false when it is not known.
