@@ -116,7 +116,7 @@ func (n *Node) idOfName(name string) replica.NodeID {
 func (n *Node) watchMembers(ctx context.Context) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
-	var nextPublish time.Time
+	var nextPublish, nextProbe time.Time
 	for {
 		st := n.rep.Status()
 		if n.leftCluster(st) {
@@ -125,6 +125,14 @@ func (n *Node) watchMembers(ctx context.Context) {
 		}
 		if err := n.syncPeers(st); err != nil {
 			n.logger.Error("peer transport", "err", err)
+		}
+		if st.Leader == 0 && time.Now().After(nextProbe) {
+			// A member that hears from no leader dials its peers: one
+			// removed while it was down is told so only at a handshake
+			// with the leader, and a learner has nothing of its own to
+			// send that would dial.
+			n.probePeers()
+			nextProbe = time.Now().Add(probeEvery)
 		}
 		if st.Ready && time.Now().After(nextPublish) {
 			if err := n.publishSelf(ctx, st); err != nil {
@@ -139,6 +147,17 @@ func (n *Node) watchMembers(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
+	}
+}
+
+// probeEvery spaces the dials of a member that has no leader.
+const probeEvery = 2 * time.Second
+
+func (n *Node) probePeers() {
+	n.peerMu.Lock()
+	defer n.peerMu.Unlock()
+	if n.peers != nil {
+		n.peers.Probe()
 	}
 }
 

@@ -70,7 +70,8 @@
 // an acceptor given Config.NotMember answers it (kvd's leader does), and
 // the dialer hands the index to Config.OnNotMember: a member removed while
 // it was down learns so when it dials the leader (etcd's peers answer a
-// removed member likewise). A dialer of an older build reads the 24 bytes
+// removed member likewise); TCP.Probe dials without a message for one
+// that has nothing to send. A dialer of an older build reads the 24 bytes
 // and logs an unknown status.
 //
 // On a status other than 0 both sides log the reason at warn (status 6 at
