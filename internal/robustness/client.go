@@ -34,9 +34,16 @@ func (m *mcConn) Close() error { return m.c.Close() }
 // taken effect, so it is left out of the history.
 var errNotSent = errors.New("not sent")
 
-// errServer is a SERVER_ERROR (or another reply the harness does not expect):
-// for a write, its outcome is unknown.
+// errServer is a SERVER_ERROR (or ERROR): for a write, its outcome is
+// unknown.
 var errServer = errors.New("server error")
+
+// errProtocol is a reply no memcached would send to the request (a wrong
+// key or flags, a bad data block, an unknown reply word): a server bug. For
+// a write its outcome is unknown, as for errServer; unlike errServer it
+// fails the run, since a read that garbles its reply would otherwise just
+// be dropped from the history, unchecked.
+var errProtocol = errors.New("protocol violation")
 
 func (m *mcConn) exchange(req string) error {
 	if err := m.c.SetDeadline(time.Now().Add(m.to)); err != nil {
@@ -83,30 +90,39 @@ func (m *mcConn) get(key string, withCAS bool) (item, error) {
 	if l == "END" {
 		return item{}, nil
 	}
+	// The workload stores every item with flags 0, so other flags are
+	// corruption, as is a cas field on a plain get or none on gets.
+	fields := 4
+	if withCAS {
+		fields = 5
+	}
 	f := strings.Fields(l)
-	if len(f) < 4 || f[0] != "VALUE" || f[1] != key || (withCAS && len(f) != 5) {
-		return item{}, fmt.Errorf("%w: unexpected %s header %q", errServer, verb, l)
+	if len(f) != fields || f[0] != "VALUE" || f[1] != key || f[2] != "0" {
+		return item{}, fmt.Errorf("%w: unexpected %s header %q", errProtocol, verb, l)
 	}
 	size, err := strconv.Atoi(f[3])
 	if err != nil || size < 0 || size > 1<<20 {
-		return item{}, fmt.Errorf("%w: bad size in %q", errServer, l)
+		return item{}, fmt.Errorf("%w: bad size in %q", errProtocol, l)
 	}
 	it := item{Found: true}
 	if withCAS {
 		if it.CAS, err = strconv.ParseUint(f[4], 10, 64); err != nil {
-			return item{}, fmt.Errorf("%w: bad cas in %q", errServer, l)
+			return item{}, fmt.Errorf("%w: bad cas in %q", errProtocol, l)
 		}
 	}
 	data := make([]byte, size+2)
 	if _, err := io.ReadFull(m.r, data); err != nil {
 		return item{}, fmt.Errorf("read value: %w", err)
 	}
+	if string(data[size:]) != "\r\n" {
+		return item{}, fmt.Errorf("%w: %d-byte value of %q not followed by \\r\\n", errProtocol, size, key)
+	}
 	it.Value = string(data[:size])
 	if l, err = m.line(); err != nil {
 		return item{}, err
 	}
 	if l != "END" {
-		return item{}, fmt.Errorf("%w: %q after the value, want END", errServer, l)
+		return item{}, fmt.Errorf("%w: %q after the value, want END", errProtocol, l)
 	}
 	return it, nil
 }
@@ -129,7 +145,7 @@ func (m *mcConn) store(verb, key, value string, token uint64) (string, error) {
 	case "STORED", "NOT_STORED", "EXISTS", "NOT_FOUND":
 		return l, nil
 	}
-	return "", fmt.Errorf("%w: %s reply %q", errServer, verb, l)
+	return "", fmt.Errorf("%w: %s reply %q", errProtocol, verb, l)
 }
 
 func (m *mcConn) delete(key string) (string, error) {
@@ -141,7 +157,7 @@ func (m *mcConn) delete(key string) (string, error) {
 		return "", err
 	}
 	if l != "DELETED" && l != "NOT_FOUND" {
-		return "", fmt.Errorf("%w: delete reply %q", errServer, l)
+		return "", fmt.Errorf("%w: delete reply %q", errProtocol, l)
 	}
 	return l, nil
 }
@@ -159,7 +175,7 @@ func (m *mcConn) arith(verb, key string, delta uint64) (string, error) {
 		return l, nil
 	}
 	if _, err := strconv.ParseUint(l, 10, 64); err != nil {
-		return "", fmt.Errorf("%w: %s reply %q", errServer, verb, l)
+		return "", fmt.Errorf("%w: %s reply %q", errProtocol, verb, l)
 	}
 	return l, nil
 }

@@ -128,11 +128,13 @@ func pauseLeader(ctx context.Context, e *Env) (func(context.Context) error, erro
 	}, nil
 }
 
-func heal(e *Env) func(context.Context) error {
+// heal lifts the network fault and fails if it had no effect (delay: no
+// traffic was held back; otherwise: no connection was cut or refused).
+func heal(e *Env, delay bool) func(context.Context) error {
 	return func(context.Context) error {
-		e.Logf("heal the network")
-		e.Cluster.Net.Heal()
-		return nil
+		eff := e.Cluster.Net.Heal()
+		e.Logf("heal the network (the fault closed or refused %d peer connections, delayed %d chunks)", eff.Cut, eff.Delayed)
+		return checkEffect(eff, delay)
 	}
 }
 
@@ -144,7 +146,7 @@ func isolate(leader bool) func(context.Context, *Env) (func(context.Context) err
 		}
 		e.Logf("isolate %s", n.Name)
 		e.Cluster.Net.Isolate(n.ID, e.Cluster.IDs())
-		return heal(e), nil
+		return heal(e, false), nil
 	}
 }
 
@@ -164,7 +166,7 @@ func oneWay(outbound bool) func(context.Context, *Env) (func(context.Context) er
 			}
 		}
 		e.Logf("cut leader %s one way (outbound %v)", lead.Name, outbound)
-		return heal(e), nil
+		return heal(e, false), nil
 	}
 }
 
@@ -175,7 +177,7 @@ func delayPeers(_ context.Context, e *Env) (func(context.Context) error, error) 
 	d := el/5 + time.Duration(e.Rng.Int64N(int64(el/2)))
 	e.Logf("delay peer messages by %s", d)
 	e.Cluster.Net.SetDelay(d)
-	return heal(e), nil
+	return heal(e, true), nil
 }
 
 func resetPeers(_ context.Context, e *Env) (func(context.Context) error, error) {
@@ -183,6 +185,7 @@ func resetPeers(_ context.Context, e *Env) (func(context.Context) error, error) 
 	e.Logf("reset every peer connection every %s", every)
 	stop := make(chan struct{})
 	done := make(chan struct{})
+	reset := 0 // connections closed; read after done
 	go func() {
 		defer close(done)
 		t := time.NewTicker(every)
@@ -192,14 +195,17 @@ func resetPeers(_ context.Context, e *Env) (func(context.Context) error, error) 
 			case <-stop:
 				return
 			case <-t.C:
-				e.Cluster.Net.ResetAll()
+				reset += e.Cluster.Net.ResetAll()
 			}
 		}
 	}()
 	return func(context.Context) error {
 		close(stop)
 		<-done
-		e.Logf("stop resetting peer connections")
+		e.Logf("stop resetting peer connections (%d reset)", reset)
+		if reset == 0 {
+			return errors.New("no peer connection was reset: the fault had no effect")
+		}
 		return nil
 	}, nil
 }

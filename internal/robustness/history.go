@@ -33,6 +33,10 @@ type History struct {
 	failedReads int
 	// notSent counts operations that failed before their request was sent.
 	notSent int
+	// protocol counts replies no memcached would send (errProtocol), and
+	// protocolErrs keeps the first few for the report.
+	protocol     int
+	protocolErrs []string
 }
 
 func newHistory() *History { return &History{start: time.Now()} }
@@ -49,6 +53,12 @@ func (h *History) record(op *Op, err error) {
 		h.notSent++
 		return
 	}
+	if errors.Is(err, errProtocol) {
+		h.protocol++
+		if len(h.protocolErrs) < 5 {
+			h.protocolErrs = append(h.protocolErrs, fmt.Sprintf("%s %s via %s: %v", op.Input.Op, op.Key, op.Node, err))
+		}
+	}
 	if err != nil {
 		if op.Input.Op == OpGet || op.Input.Op == OpGets {
 			h.failedReads++
@@ -61,6 +71,13 @@ func (h *History) record(op *Op, err error) {
 	h.ops = append(h.ops, op)
 }
 
+// ProtocolErrors returns the first few malformed replies.
+func (h *History) ProtocolErrors() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.protocolErrs...)
+}
+
 // Ops returns a copy of the recorded operations.
 func (h *History) Ops() []*Op {
 	h.mu.Lock()
@@ -71,12 +88,15 @@ func (h *History) Ops() []*Op {
 // Stats summarises a history.
 type Stats struct {
 	Ops, Reads, Writes, Unknown, FailedReads, NotSent int
+	// Protocol counts malformed replies (each also a failed read or an
+	// unknown write); any fails the run.
+	Protocol int
 }
 
 func (h *History) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := Stats{Ops: len(h.ops), FailedReads: h.failedReads, NotSent: h.notSent}
+	s := Stats{Ops: len(h.ops), FailedReads: h.failedReads, NotSent: h.notSent, Protocol: h.protocol}
 	for _, o := range h.ops {
 		switch {
 		case o.Output.Unknown:
@@ -123,4 +143,30 @@ func writeJSON(path string, v any) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// trafficVacuity lists what the traffic phase (every client but
+// finalClient) lacked for the checks to mean anything: with no definite
+// write or no read, a history is linearizable whatever the cluster did, so
+// a harness that reached no node (a wrong address, every dial refused)
+// would pass.
+func trafficVacuity(ops []*Op, finalClient int) []string {
+	var writes, reads int
+	for _, o := range ops {
+		switch {
+		case o.Client == finalClient || o.Output.Unknown:
+		case o.Input.Op == OpGet || o.Input.Op == OpGets:
+			reads++
+		default:
+			writes++
+		}
+	}
+	var out []string
+	if writes == 0 {
+		out = append(out, "no write got a definite reply during traffic")
+	}
+	if reads == 0 {
+		out = append(out, "no read succeeded during traffic")
+	}
+	return out
 }

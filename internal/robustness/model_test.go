@@ -114,3 +114,36 @@ func TestCheckClassifiesLostWrites(t *testing.T) {
 		t.Fatalf("got %+v", v)
 	}
 }
+
+// TestTrafficVacuity: a run whose clients never got a definite write or a
+// read through checks nothing, however linearizable its history; the final
+// client's own operations do not count.
+func TestTrafficVacuity(t *testing.T) {
+	const final = 9
+	set := Input{Op: OpSet, Value: "x"}
+	tests := []struct {
+		name string
+		h    []*Op
+		want int // problems reported
+	}{
+		{"empty", nil, 2},
+		{"only the final client", ops("k",
+			row{final, 0, 10, set, Output{Status: "STORED"}},
+			row{final, 11, 12, Input{Op: OpGets}, Output{Status: "VALUE", Value: "x", Token: 3}}), 2},
+		{"only unknown writes", ops("k",
+			row{0, 0, -1, set, Output{}},
+			row{1, 1, 2, Input{Op: OpGet}, Output{Status: "END"}}), 1},
+		{"no reads", ops("k",
+			row{0, 0, 10, set, Output{Status: "STORED"}}), 1},
+		{"a failed add counts as a definite write", ops("k",
+			row{0, 0, 10, Input{Op: OpAdd, Value: "x"}, Output{Status: "NOT_STORED"}},
+			row{1, 1, 2, Input{Op: OpGet}, Output{Status: "END"}}), 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := trafficVacuity(tc.h, final); len(got) != tc.want {
+				t.Fatalf("got %q, want %d problems", got, tc.want)
+			}
+		})
+	}
+}

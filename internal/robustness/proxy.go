@@ -28,6 +28,26 @@ type Network struct {
 	proxies []*proxy
 	wg      sync.WaitGroup
 	closed  bool
+	// effect is what the faults did since the last Heal.
+	effect Effect
+}
+
+// Effect counts what the network faults did between two heals: peer
+// connections a cut closed or refused, and chunks a delay held back. A
+// fault that did nothing (nodes that dial each other without the proxies,
+// a hello the proxy misreads) would make its run pass vacuously.
+type Effect struct{ Cut, Delayed int }
+
+// checkEffect fails unless the fault in force did something: a delay
+// (delay true) held traffic back, or a cut closed or refused a connection.
+func checkEffect(eff Effect, delay bool) error {
+	if delay && eff.Delayed == 0 {
+		return fmt.Errorf("the delay held back no peer traffic (%+v): the fault had no effect", eff)
+	}
+	if !delay && eff.Cut == 0 {
+		return fmt.Errorf("the cut closed or refused no peer connection (%+v): the fault had no effect", eff)
+	}
+	return nil
 }
 
 // NewNetwork returns an empty network; AddProxy puts a proxy in front of
@@ -97,7 +117,7 @@ func (n *Network) serve(p *proxy, down net.Conn) {
 	}
 	_ = down.SetReadDeadline(time.Time{})
 	pr := pair{From: binary.BigEndian.Uint64(hello[16:24]), To: binary.BigEndian.Uint64(hello[24:32])}
-	if n.isCut(pr) {
+	if n.refuse(pr) {
 		_ = down.Close()
 		return
 	}
@@ -114,6 +134,9 @@ func (n *Network) serve(p *proxy, down net.Conn) {
 	l := &link{p: pr, down: down, up: up}
 	n.mu.Lock()
 	if n.closed || n.cut[pr] {
+		if !n.closed {
+			n.effect.Cut++
+		}
 		n.mu.Unlock()
 		l.close()
 		return
@@ -166,7 +189,7 @@ func (n *Network) forward(l *link) {
 		k, err := l.down.Read(buf)
 		if k > 0 {
 			b := append([]byte(nil), buf[:k]...)
-			q <- chunk{b: b, due: time.Now().Add(n.Delay())}
+			q <- chunk{b: b, due: time.Now().Add(n.delayChunk())}
 		}
 		if err != nil {
 			break
@@ -176,10 +199,29 @@ func (n *Network) forward(l *link) {
 	<-done
 }
 
-func (n *Network) isCut(p pair) bool {
+// refuse reports whether a new connection of pair p must be refused, and
+// counts a refusal due to a cut.
+func (n *Network) refuse(p pair) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.closed || n.cut[p]
+	if n.closed {
+		return true
+	}
+	if n.cut[p] {
+		n.effect.Cut++
+		return true
+	}
+	return false
+}
+
+// delayChunk is the delay in force for one chunk, counted when non-zero.
+func (n *Network) delayChunk() time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.delay > 0 {
+		n.effect.Delayed++
+	}
+	return n.delay
 }
 
 // Cut stops traffic from one node to another: their connections are closed
@@ -193,6 +235,7 @@ func (n *Network) Cut(from, to uint64) {
 			victims = append(victims, l)
 		}
 	}
+	n.effect.Cut += len(victims)
 	n.mu.Unlock()
 	for _, l := range victims {
 		l.close()
@@ -237,12 +280,15 @@ func (n *Network) ResetAll() int {
 	return len(victims)
 }
 
-// Heal lifts every cut and the delay.
-func (n *Network) Heal() {
+// Heal lifts every cut and the delay, and returns what they did.
+func (n *Network) Heal() Effect {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	n.cut = map[pair]bool{}
 	n.delay = 0
-	n.mu.Unlock()
+	eff := n.effect
+	n.effect = Effect{}
+	return eff
 }
 
 // Close stops the proxies and closes every connection.

@@ -103,3 +103,75 @@ func TestNetworkCutDelayHeal(t *testing.T) {
 		t.Fatalf("delay not applied: round trip %s", took)
 	}
 }
+
+// TestNetworkReportsEffect: Heal says what the faults did, so that a fault
+// that touched no connection (nodes that bypass the proxies, a hello the
+// proxy misreads) fails its run instead of passing it vacuously.
+func TestNetworkReportsEffect(t *testing.T) {
+	n := NewNetwork()
+	t.Cleanup(func() { _ = n.Close() })
+	addr, err := n.AddProxy(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// No traffic at all: the cut and the delay did nothing.
+	n.Cut(1, 2)
+	n.SetDelay(10 * time.Millisecond)
+	if eff := n.Heal(); eff != (Effect{}) {
+		t.Fatalf("effect without traffic: %+v", eff)
+	}
+	if err := checkEffect(Effect{}, false); err == nil {
+		t.Fatal("a cut that touched nothing passed")
+	}
+
+	// Traffic of another pair is not the cut's doing.
+	n.Cut(1, 2)
+	if _, err := roundTrip(addr, 3, 2); err != nil {
+		t.Fatal(err)
+	}
+	if eff := n.Heal(); eff.Cut != 0 {
+		t.Fatalf("cut counted another pair's traffic: %+v", eff)
+	}
+
+	// A live link closed by the cut, then a dial refused.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(testHello(1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.ReadFull(c, make([]byte, helloSize)); err != nil {
+		t.Fatal(err)
+	}
+	n.Cut(1, 2)
+	if _, err := roundTrip(addr, 1, 2); err == nil {
+		t.Fatal("a cut pair connected")
+	}
+	eff := n.Heal()
+	if eff.Cut != 2 {
+		t.Fatalf("cut effect %+v, want 2 (one closed, one refused)", eff)
+	}
+	if err := checkEffect(eff, false); err != nil {
+		t.Fatal(err)
+	}
+
+	// A delay that held traffic back.
+	n.SetDelay(10 * time.Millisecond)
+	if _, err := roundTrip(addr, 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	eff = n.Heal()
+	if eff.Delayed == 0 {
+		t.Fatalf("delay effect %+v, want chunks delayed", eff)
+	}
+	if err := checkEffect(eff, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkEffect(Effect{Cut: 3}, true); err == nil {
+		t.Fatal("a delay that held nothing back passed")
+	}
+}

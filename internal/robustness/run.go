@@ -191,6 +191,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	// Linearizability.
 	res.History = h.Ops()
 	res.Stats = h.Stats()
+	if res.Stats.Protocol > 0 {
+		res.fail("%d replies no memcached would send, first: %s", res.Stats.Protocol, strings.Join(h.ProtocolErrors(), "; "))
+	}
+	for _, p := range trafficVacuity(res.History, cfg.Clients) {
+		res.fail("vacuous run: %s (%+v)", p, res.Stats)
+	}
 	res.Verdict = checkLinearizable(res.History, cfg.Clients, cfg.CheckTimeout)
 	switch {
 	case res.Verdict.Result == porcupine.Illegal:
