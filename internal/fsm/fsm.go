@@ -595,15 +595,17 @@ func (f *FSM) Apply(ents []Entry) ([]Result, error) {
 	}
 	f.cache.putAll(f.cacheWrites)
 	clear(f.cacheWrites) // the cache owns the slices now
-	f.items.Store(st.items)
-	f.bytes.Store(st.bytes)
-	f.flushAt.Store(st.flushAt)
-	f.applied.Store(applied)
+	// The member table is state like the items: published before the
+	// applied index, so that a reader who sees the index sees the table.
 	if st.membersChanged {
 		if err := f.loadMembers(); err != nil {
 			return nil, fmt.Errorf("apply: %w", err)
 		}
 	}
+	f.items.Store(st.items)
+	f.bytes.Store(st.bytes)
+	f.flushAt.Store(st.flushAt)
+	f.applied.Store(applied)
 	return results, nil
 }
 

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -30,4 +31,30 @@ func TestMemberTable(t *testing.T) {
 	f = openTest(t, dir)
 	defer f.Close()
 	require.Equal(t, want, f.Members())
+}
+
+// Members is part of the state at the applied index: once AppliedIndex
+// reports an entry that changed the table, Members must show the change.
+// A reader on another goroutine polls both while membership entries are
+// applied one by one (bounded: 300 entries).
+func TestMembersVisibleAtTheirAppliedIndex(t *testing.T) {
+	f := openTest(t, t.TempDir())
+	defer f.Close()
+	rs := startReaders(1, func(int) func() error {
+		return func() error {
+			applied := f.AppliedIndex()
+			ms := f.Members()
+			// Entry i adds member i: at applied a, members 1..a exist.
+			if uint64(len(ms)) < applied {
+				return fmt.Errorf("applied index %d, but the member table has %d rows", applied, len(ms))
+			}
+			return nil
+		}
+	})
+	for i := uint64(1); i <= 300; i++ {
+		_, err := f.Apply([]Entry{{Index: i, Member: &MemberChange{ID: i, Name: fmt.Sprint("n", i), PeerAddr: "h:1"}}})
+		require.NoError(t, err)
+		rs.await(3)
+	}
+	rs.finish(t)
 }
