@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -92,6 +93,9 @@ type conn struct {
 	unflushed atomic.Bool
 
 	stopOnce sync.Once
+	// draining is set when a graceful shutdown stopped the reader: the
+	// connection then closes with lingerClose.
+	draining atomic.Bool
 	// lastWrite is the done channel of the newest reply with calls; reads
 	// wait for it. Only the channel is kept: the reply holds its rendered
 	// bytes, which an idle connection must not keep alive.
@@ -160,6 +164,35 @@ func (c *conn) stopReading() {
 	c.stopOnce.Do(func() { _ = c.nc.SetReadDeadline(time.Now()) })
 }
 
+// shutdown stops the reader for a graceful shutdown: the requests it has
+// read are answered, then the connection closes (lingerClose).
+func (c *conn) shutdown() {
+	c.draining.Store(true)
+	c.stopReading()
+}
+
+// lingerTime bounds how long a connection closed by a graceful shutdown
+// discards what its client still sends (as long as net/http waits).
+const lingerTime = 500 * time.Millisecond
+
+// lingerClose lets the client read every reply of a connection the server
+// ends while the client may still be sending: a socket closed with bytes
+// unread is reset, and a reset throws away what the client has not read
+// yet (the reply to a write that was applied, say). So it sends FIN after
+// the last reply and discards what comes until the client closes its side
+// or lingerTime passes; the caller then closes. A forced shutdown closes
+// the socket, which ends the wait at once.
+func (c *conn) lingerClose() {
+	cw, ok := c.nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	if c.nc.SetReadDeadline(time.Now().Add(lingerTime)) != nil {
+		return
+	}
+	_, _ = io.Copy(io.Discard, c.nc)
+}
+
 func (c *conn) serve() {
 	writerDone := make(chan struct{})
 	go func() {
@@ -169,6 +202,10 @@ func (c *conn) serve() {
 	c.readLoop()
 	close(c.queue)
 	<-writerDone
+	if c.draining.Load() && !c.broken.Load() {
+		c.lingerClose() // still listed, so a forced shutdown can cut it short
+	}
+	c.s.forget(c) // before Close: see forget
 	_ = c.nc.Close()
 }
 
@@ -358,7 +395,8 @@ func (c *conn) writeReply(rp *reply, flush bool) (broken bool) {
 		c.unflushed.Store(false)
 	}
 	if rp.close {
-		_ = c.nc.Close()
+		// The reader has stopped (a closing reply is its last) and serve
+		// closes the socket once the connection's slot is given back.
 		return true
 	}
 	return false

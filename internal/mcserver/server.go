@@ -91,6 +91,8 @@ func (s *Server) Serve(ln net.Listener) error {
 	closing := s.closing
 	s.mu.Unlock()
 	if closing {
+		// Shutdown came first and found no listener to close.
+		_ = ln.Close()
 		return nil
 	}
 	var backoff time.Duration
@@ -142,10 +144,6 @@ func (s *Server) Serve(ln net.Listener) error {
 		go func() {
 			defer s.wg.Done()
 			c.serve()
-			s.stats.CurrConnections.Add(-1)
-			s.mu.Lock()
-			delete(s.conns, c)
-			s.mu.Unlock()
 		}()
 		// Let the new connection read before the next one is accepted. A
 		// new goroutine takes the scheduler's next slot, so without this
@@ -157,8 +155,21 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 }
 
+// forget takes c off the server's books (curr_connections, `stats conns`).
+// The connection calls it before it closes its socket: a client that reads
+// EOF and reconnects at once, at --max-connections, must find its slot free,
+// and the descriptor, which `stats conns` shows as the ID, must not be
+// reused by a new connection while c is still listed under it.
+func (s *Server) forget(c *conn) {
+	s.stats.CurrConnections.Add(-1)
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
 // Shutdown stops accepting, stops reading new requests, lets replies already
-// in flight be written, and waits for every connection (bounded by ctx).
+// in flight be written, closes each connection so that its client can read
+// them (lingerClose), and waits for every connection (bounded by ctx).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
@@ -166,7 +177,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		_ = s.ln.Close()
 	}
 	for c := range s.conns {
-		c.stopReading()
+		c.shutdown()
 	}
 	s.mu.Unlock()
 	done := make(chan struct{})
