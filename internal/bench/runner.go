@@ -216,7 +216,7 @@ func (r *runner) phase(ctx context.Context, spec phaseSpec) (RunResult, []int64)
 	end := start.Add(spec.dur)
 	for _, w := range workers {
 		w.start, w.end, w.issued = start, end, &issued
-		w.st.lastWrite, w.st.trackGaps = start, r.cfg.Failover
+		w.st.lastWrite, w.st.trackGaps, w.st.keepTimeline = start, r.cfg.Failover, r.cfg.Timeline
 		wg.Go(func() { w.loop(ctx) })
 	}
 	stopProgress := r.progress(&spec, workers, start)
@@ -375,7 +375,15 @@ func (w *worker) loop(ctx context.Context) {
 		if interval > 0 {
 			sched := next
 			next = next.Add(time.Duration(n) * interval)
-			if sched.After(w.end) || !sleepUntil(ctx, sched) {
+			if !sched.Before(w.end) {
+				// That slot belongs to the next case: --rate R over D
+				// seconds is R×D operations. Wait out the case so that
+				// its ops/s is taken over all of it, not up to the last
+				// slot.
+				sleepUntil(ctx, w.end)
+				return
+			}
+			if !sleepUntil(ctx, sched) {
 				return
 			}
 			sent = sched // latency from the scheduled start: no coordinated omission
@@ -452,8 +460,12 @@ type workerStats struct {
 	counts   Counts
 	get, set *Histogram
 	timeline []timeBucket
-	liveOps  atomic.Int64
-	liveErrs atomic.Int64
+	// keepTimeline fills timeline (--timeline); scratch absorbs the
+	// counts otherwise.
+	keepTimeline bool
+	scratch      timeBucket
+	liveOps      atomic.Int64
+	liveErrs     atomic.Int64
 
 	// failover: gaps between acknowledged writes longer than minGap, kept
 	// only when trackGaps; lastWrite starts at the start of the run.
@@ -474,6 +486,11 @@ func newWorkerStats() *workerStats {
 }
 
 func (s *workerStats) bucket(t, start time.Time) *timeBucket {
+	if !s.keepTimeline {
+		// Without --timeline nobody reads the buckets: one per second
+		// per worker would grow for as long as the run lasts.
+		return &s.scratch
+	}
 	sec := max(int(t.Sub(start)/time.Second), 0)
 	for len(s.timeline) <= sec {
 		s.timeline = append(s.timeline, timeBucket{})
@@ -530,6 +547,12 @@ func (s *workerStats) record(op *Op, r *Result, sent, start time.Time, verify bo
 		c.Sets++
 		s.set.Record(lat)
 		b.Writes++
+		// etcd's pipelined requests are acknowledged in any order: an
+		// earlier acknowledgement recorded later neither opens a gap nor
+		// moves the last write back.
+		if !r.Done.After(s.lastWrite) {
+			break
+		}
 		if s.trackGaps && r.Done.Sub(s.lastWrite) > minGap {
 			s.gaps = append(s.gaps, gap{from: s.lastWrite, to: r.Done, firstErr: s.firstErr})
 		}

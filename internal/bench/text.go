@@ -32,8 +32,13 @@ func WriteText(out io.Writer, rep *Report) error {
 		}
 	}
 	if p := rep.Preload; p != nil {
+		// Acknowledged sets only: p.OpsPerSec counts failed sets too.
+		var setsPerSec float64
+		if p.ElapsedS > 0 {
+			setsPerSec = float64(p.Sets) / p.ElapsedS
+		}
 		fmt.Fprintf(&b, "preload: %s of %s keys in %.2fs (%s sets/s), %d errors\n",
-			formatCount(float64(p.Sets)), formatCount(float64(p.Records)), p.ElapsedS, formatCount(p.OpsPerSec), p.Errors)
+			formatCount(float64(p.Sets)), formatCount(float64(p.Records)), p.ElapsedS, formatCount(setsPerSec), p.Errors)
 	}
 	b.WriteString("\n")
 	if len(rep.Cases) > 0 {
