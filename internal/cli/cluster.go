@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -63,9 +66,13 @@ quorum is refused unless --force is given.`,
 			if !strings.Contains(e, "://") {
 				e = "http://" + e
 			}
+			// The API paths are appended to it: a query or fragment would
+			// swallow them, and a bad port or scheme would fail only at
+			// the dial, as if the member were down.
 			u, err := url.Parse(e)
-			if err != nil || u.Host == "" {
-				return fmt.Errorf("--endpoints: %q is not an HTTP address", e)
+			if err != nil || u.Hostname() == "" || (u.Scheme != "http" && u.Scheme != "https") ||
+				u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || !validPort(u.Port()) {
+				return fmt.Errorf("--endpoints: %q is not an HTTP address (http://host:port)", e)
 			}
 			c.endpoints = append(c.endpoints, strings.TrimRight(e, "/"))
 		}
@@ -160,6 +167,15 @@ quorum is refused unless --force is given.`,
 	return cmd
 }
 
+// validPort accepts an absent port (the scheme's) or 1 to 65535.
+func validPort(p string) bool {
+	if p == "" {
+		return true
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	return err == nil && n > 0
+}
+
 func leaderHTTP(st httpapi.ClusterStatus) string {
 	for _, m := range st.Members {
 		if m.ID == st.Leader {
@@ -191,8 +207,10 @@ func (c *clusterClient) call(ctx context.Context, method, path string, body, out
 }
 
 // send sends one request to the first endpoint that answers and returns
-// that endpoint. An HTTP error answer is final (the member judged the
-// request); a connection failure moves on to the next endpoint.
+// that endpoint. A member's error answer is final (the member judged the
+// request); a connection failure, an answer that is not kvd's (a proxy, a
+// web server on that port) or a member that could not reach the leader
+// moves on to the next endpoint: none of those acted on the request.
 func (c *clusterClient) send(ctx context.Context, method, path string, body, out any) (string, error) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -210,19 +228,48 @@ func (c *clusterClient) send(ctx context.Context, method, path string, body, out
 		err := c.once(rctx, method, ep+path, payload, out)
 		cancel()
 		var answered *apiError
-		if err == nil || errors.As(err, &answered) {
+		if err == nil || (errors.As(err, &answered) && !answered.declined()) {
 			return ep, err
+		}
+		if method != http.MethodGet && !neverSent(err) {
+			// The member may have made the change before it stopped
+			// answering: sent again elsewhere, it would fail as done
+			// already (remove) or be made twice (transfer-leader).
+			return ep, fmt.Errorf("%s: %w; the change may have been made: see kvd cluster status", ep, err)
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", ep, err))
 	}
 	return "", fmt.Errorf("no member answered: %w", errors.Join(errs...))
 }
 
+// neverSent reports a failure after which no member can have acted on the
+// request: the connection was never made, the answer came from another
+// server than kvd (see once), or the member declined it.
+func neverSent(err error) bool {
+	var answered *apiError
+	return errors.Is(err, errNotSent) || errors.Is(err, errNotKvd) ||
+		(errors.As(err, &answered) && answered.declined())
+}
+
+var (
+	// errNotSent marks a failure before the whole request was written: a
+	// refused or timed-out connection (a member down), a broken one.
+	errNotSent = errors.New("request not sent")
+	// errNotKvd marks an error answer from a server that is not kvd.
+	errNotKvd = errors.New("not a kvd answer")
+)
+
 // apiError is an error answer from a member.
 type apiError struct {
 	status int
+	code   string // httpapi.Error.Code
 	msg    string
 }
+
+// declined reports an answer in which the member did not act on the
+// request, so another member may: a follower that cannot reach the
+// leader to pass the request on (one cut off from the quorum, say).
+func (e *apiError) declined() bool { return e.code == "not_leader" }
 
 func (e *apiError) Error() string {
 	return fmt.Sprintf("%d %s: %s", e.status, http.StatusText(e.status), e.msg)
@@ -240,8 +287,17 @@ func (c *clusterClient) once(ctx context.Context, method, u string, payload []by
 	if payload != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	// Whether the member got the whole request decides whether another
+	// may be sent it (see send); the transport reports it from its writer.
+	var written atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) { written.Store(i.Err == nil) },
+	}))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
+		if !written.Load() {
+			return fmt.Errorf("%w: %w", errNotSent, err)
+		}
 		return err
 	}
 	defer resp.Body.Close()
@@ -252,16 +308,30 @@ func (c *clusterClient) once(ctx context.Context, method, u string, payload []by
 	if resp.StatusCode >= 300 {
 		var e httpapi.Error
 		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			e.Error = strings.TrimSpace(string(b))
+			// Every kvd error is an httpapi.Error: this is another server
+			// (or a path prefix that is not kvd's), which never saw the
+			// request. Quote it briefly: an HTML page would fill the screen.
+			return fmt.Errorf("%w: %s: %s", errNotKvd, resp.Status, brief(b))
 		}
-		return &apiError{status: resp.StatusCode, msg: e.Error}
+		return &apiError{status: resp.StatusCode, code: e.Code, msg: e.Error}
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
-			return fmt.Errorf("decode answer: %w", err)
+			// kvd answers success in JSON: another server answered.
+			return fmt.Errorf("%w: decode answer: %w", errNotKvd, err)
 		}
 	}
 	return nil
+}
+
+// brief is the start of a foreign answer's body, on one line.
+func brief(b []byte) string {
+	const limit = 200
+	s := strings.Join(strings.Fields(strings.ToValidUTF8(string(b[:min(len(b), 4*limit)]), "?")), " ")
+	if r := []rune(s); len(r) > limit || len(b) > 4*limit {
+		s = string(r[:min(len(r), limit)]) + "…"
+	}
+	return s
 }
 
 func printStatus(w io.Writer, st httpapi.ClusterStatus) error {
