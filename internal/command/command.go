@@ -12,8 +12,18 @@
 // operation a binary does not know fails Decode with ErrUnsupported, and
 // that node stops applying rather than skip what its peers apply. So a
 // release that adds either must not propose it before every member runs a
-// binary that knows it (a cluster-version gate, as etcd has). kvd has no
-// such gate yet: it must come with the next operation or version added.
+// binary that knows it. The same holds for a release that applies an
+// existing entry differently. That is what the cluster version is for, as
+// etcd has one: each binary applies cluster versions up to ClusterVersionMax,
+// the leader raises the replicated cluster version (OpClusterVersion) only
+// once every member says it applies the new one, and a behaviour that needs
+// version N is used only from the entry that raised the cluster to N on.
+//
+// Cluster versions:
+//
+//	1  everything before the gate (a store that never recorded one)
+//	2  OpClusterVersion itself; flush_all with an absolute time already
+//	   past is a horizon, not a flush of everything
 package command
 
 import (
@@ -26,6 +36,11 @@ import (
 // Version is the envelope format written by this binary. Decode accepts
 // exactly the versions it knows how to apply.
 const Version byte = 1
+
+// ClusterVersionMax is the highest cluster version this binary applies
+// (see the package doc). A new operation, format version or apply rule
+// raises it, and is gated on the cluster version reaching it.
+const ClusterVersionMax uint64 = 2
 
 // Op names a state-machine operation.
 type Op uint8
@@ -52,12 +67,16 @@ const (
 	// replicated member table, so every node can name and reach every other
 	// (etcd publishes member attributes through its log the same way).
 	OpMember Op = 14
+	// OpClusterVersion raises the replicated cluster version (never lowers
+	// it). Proposed by the leader only once every member applies it.
+	OpClusterVersion Op = 15
 )
 
 var opNames = map[Op]string{
 	OpSet: "set", OpAdd: "add", OpReplace: "replace", OpAppend: "append", OpPrepend: "prepend",
 	OpCAS: "cas", OpIncr: "incr", OpDecr: "decr", OpTouch: "touch", OpDelete: "delete",
 	OpFlush: "flush_all", OpGAT: "gat", OpExpire: "expire", OpMember: "member",
+	OpClusterVersion: "cluster_version",
 }
 
 func (o Op) String() string {
@@ -99,6 +118,8 @@ type Command struct {
 	Expired []KeyCAS
 	// Member is what an OpMember publishes.
 	Member MemberAttrs
+	// ClusterVersion is what an OpClusterVersion raises the cluster to.
+	ClusterVersion uint64
 }
 
 // MemberAttrs are a member's addresses as it advertises them.
@@ -131,7 +152,7 @@ func Encode(dst []byte, c *Command) ([]byte, error) {
 	if len(c.Key) > MaxKeyLen {
 		return dst, fmt.Errorf("encode %s: key of %d bytes exceeds %d", c.Op, len(c.Key), MaxKeyLen)
 	}
-	if len(c.Key) == 0 && c.Op != OpFlush && c.Op != OpExpire && c.Op != OpMember {
+	if len(c.Key) == 0 && c.Op != OpFlush && c.Op != OpExpire && c.Op != OpMember && c.Op != OpClusterVersion {
 		return dst, fmt.Errorf("encode %s: empty key", c.Op)
 	}
 	// On an error below, dst[:start] is returned: dst as the caller gave
@@ -193,6 +214,11 @@ func Encode(dst []byte, c *Command) ([]byte, error) {
 		for _, f := range []string{m.Name, m.PeerAddr, m.HTTPAddr, m.MemcacheAddr} {
 			dst = appendBytes(dst, []byte(f))
 		}
+	case OpClusterVersion:
+		if c.ClusterVersion < 2 {
+			return dst[:start], fmt.Errorf("encode cluster version: %d (the first version it can raise to is 2)", c.ClusterVersion)
+		}
+		dst = binary.BigEndian.AppendUint64(dst, c.ClusterVersion)
 	}
 	return dst, nil
 }
@@ -281,6 +307,11 @@ func Decode(data []byte, c *Command) error {
 		m.PeerAddr = string(d.bytes(MaxAttrLen))
 		m.HTTPAddr = string(d.bytes(MaxAttrLen))
 		m.MemcacheAddr = string(d.bytes(MaxAttrLen))
+	case OpClusterVersion:
+		c.ClusterVersion = d.u64()
+		if d.err == nil && c.ClusterVersion < 2 {
+			return fmt.Errorf("%w: cluster version %d", ErrCorrupt, c.ClusterVersion)
+		}
 	}
 	if d.err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrCorrupt, c.Op, d.err)
@@ -300,6 +331,8 @@ func Describe(c *Command) string {
 		return fmt.Sprintf("%s items=%d req=%x", c.Op, len(c.Expired), c.ReqID)
 	case OpMember:
 		return fmt.Sprintf("%s id=%x name=%q req=%x", c.Op, c.Member.ID, c.Member.Name, c.ReqID)
+	case OpClusterVersion:
+		return fmt.Sprintf("%s %d req=%x", c.Op, c.ClusterVersion, c.ReqID)
 	default:
 		return fmt.Sprintf("%s key=%q value=%dB req=%x", c.Op, c.Key, len(c.Value), c.ReqID)
 	}

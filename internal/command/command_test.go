@@ -25,6 +25,7 @@ func TestRoundTrip(t *testing.T) {
 		{Op: OpExpire, ReqID: 13, Expired: []KeyCAS{{Key: []byte("x"), CAS: 5}, {Key: []byte("y"), CAS: 6}}},
 		{Op: OpMember, ReqID: 14, Member: MemberAttrs{ID: 7, Name: "n1", PeerAddr: "h:1", HTTPAddr: "h:2", MemcacheAddr: "h:3"}},
 		{Op: OpMember, ReqID: 15, Member: MemberAttrs{ID: 8}},
+		{Op: OpClusterVersion, ReqID: 16, ClusterVersion: 2},
 	}
 	for _, want := range cases {
 		t.Run(want.Op.String(), func(t *testing.T) {
@@ -63,6 +64,7 @@ func TestEncodeRejects(t *testing.T) {
 		{"long key", Command{Op: OpDelete, Key: bytes.Repeat([]byte("k"), 251)}},
 		{"too many expired", Command{Op: OpExpire, Expired: make([]KeyCAS, MaxExpired+1)}},
 		{"long member attr", Command{Op: OpMember, Member: MemberAttrs{Name: string(bytes.Repeat([]byte("n"), MaxAttrLen+1))}}},
+		{"cluster version 1", Command{Op: OpClusterVersion, ClusterVersion: 1}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -112,6 +114,7 @@ func FuzzDecode(f *testing.F) {
 		{Op: OpExpire, Expired: []KeyCAS{{Key: []byte("x"), CAS: 1}}},
 		{Op: OpFlush, Delay: 1},
 		{Op: OpMember, Member: MemberAttrs{ID: 1, Name: "a", HTTPAddr: "b:1"}},
+		{Op: OpClusterVersion, ClusterVersion: 2},
 	} {
 		b, err := Encode(nil, &c)
 		if err != nil {

@@ -100,6 +100,7 @@ func runGomemcacheSuite(t *testing.T, addr string) {
 // passes in TestConformanceMemcached, against a real kvd process.
 func TestConformanceKvd(t *testing.T) {
 	p := kvdproc.Start(t, t.TempDir())
+	p.WaitClusterVersion() // flush_all's absolute past is gated on it
 	runConformance(t, p.MemcacheAddr)
 }
 
@@ -130,7 +131,11 @@ func TestClientsAgainstClusterFollower(t *testing.T) {
 // clusterFollower starts a 3-node cluster and returns one of its followers.
 func clusterFollower(t *testing.T) *kvdproc.Proc {
 	t.Helper()
-	for _, p := range kvdproc.StartCluster(t, 3) {
+	procs := kvdproc.StartCluster(t, 3)
+	for _, p := range procs {
+		p.WaitClusterVersion() // flush_all's absolute past is gated on it
+	}
+	for _, p := range procs {
 		if statOf(t, p.MemcacheAddr, "raft_role") == "follower" {
 			return p
 		}

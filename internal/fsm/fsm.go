@@ -151,6 +151,9 @@ type FSM struct {
 	items   atomic.Int64
 	bytes   atomic.Int64
 	flushAt atomic.Int64 // pending delayed flush_all horizon, Unix ns; 0 = none
+	// clusterVersion is the replicated cluster version (at least 1): the
+	// apply rules of the entries from the one that raised it on.
+	clusterVersion atomic.Uint64
 	// members caches the member table: read on every cluster view and peer
 	// check, written only by membership entries and snapshot installs.
 	members atomic.Pointer[[]Member]
@@ -299,6 +302,8 @@ const flushAfterBytes = memTableSize * 3 / 4
 // Stats is a point-in-time view for monitoring.
 type Stats struct {
 	Applied uint64
+	// ClusterVersion is the replicated cluster version as of Applied.
+	ClusterVersion uint64
 	// Durable is the applied index this node's store holds on disk (Sync).
 	Durable uint64
 	Items   int64
@@ -328,10 +333,11 @@ type Stats struct {
 // (each node flushes on its own schedule), the disk and the caches.
 func (f *FSM) Stats() Stats {
 	s := Stats{
-		Applied: f.applied.Load(),
-		Durable: f.durable.Load(),
-		Items:   f.items.Load(),
-		Bytes:   f.bytes.Load(),
+		Applied:        f.applied.Load(),
+		ClusterVersion: f.clusterVersion.Load(),
+		Durable:        f.durable.Load(),
+		Items:          f.items.Load(),
+		Bytes:          f.bytes.Load(),
 	}
 	s.ItemCacheHits, s.ItemCacheMisses, s.ItemCacheEntries, s.ItemCacheBytes = f.cache.stats()
 	s.KeyFilterSkips, s.KeyFilterBytes = f.keys.stats()
@@ -461,6 +467,10 @@ func (f *FSM) ExpiredBefore(nowSec int64, limit int) ([]command.KeyCAS, error) {
 	return out, nil
 }
 
+// ClusterVersion is the replicated cluster version as of the applied index
+// (at least 1; see command.ClusterVersionMax).
+func (f *FSM) ClusterVersion() uint64 { return f.clusterVersion.Load() }
+
 // FlushAt is the time (Unix ns) from which the last delayed flush_all hides
 // what was stored before it, 0 when no such flush is recorded.
 func (f *FSM) FlushAt() int64 { return f.flushAt.Load() }
@@ -525,7 +535,7 @@ func (f *FSM) Apply(ents []Entry) ([]Result, error) {
 	f.cacheWrites, f.flushed = f.cacheWrites[:0], false
 	clear(f.inBatch)
 	applied := f.applied.Load()
-	st := applyState{items: f.items.Load(), bytes: f.bytes.Load(), flushAt: f.flushAt.Load()}
+	st := applyState{items: f.items.Load(), bytes: f.bytes.Load(), flushAt: f.flushAt.Load(), clusterVersion: f.clusterVersion.Load()}
 	var c command.Command
 	for i, e := range ents {
 		if e.Index <= applied {
@@ -581,6 +591,12 @@ func (f *FSM) Apply(ents []Entry) ([]Result, error) {
 			return nil, fmt.Errorf("apply: write %q: %w", m.key, err)
 		}
 	}
+	if st.clusterVersion != f.clusterVersion.Load() {
+		binary.BigEndian.PutUint64(buf[:], st.clusterVersion)
+		if err := b.Set(metaClusterVersion, buf[:], nil); err != nil {
+			return nil, fmt.Errorf("apply: write %q: %w", metaClusterVersion, err)
+		}
+	}
 	failpoint.Hit(failpoint.FSMBeforeApply)
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return nil, fmt.Errorf("apply: commit batch: %w", err)
@@ -605,6 +621,7 @@ func (f *FSM) Apply(ents []Entry) ([]Result, error) {
 	f.items.Store(st.items)
 	f.bytes.Store(st.bytes)
 	f.flushAt.Store(st.flushAt)
+	f.clusterVersion.Store(st.clusterVersion)
 	f.applied.Store(applied)
 	return results, nil
 }
@@ -613,6 +630,8 @@ func (f *FSM) Apply(ents []Entry) ([]Result, error) {
 type applyState struct {
 	items, bytes int64
 	flushAt      int64
+	// clusterVersion is the cluster version at the entry being applied.
+	clusterVersion uint64
 	// membersChanged: the member table must be reloaded after the commit.
 	membersChanged bool
 }
@@ -627,6 +646,16 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 	if c.Op == command.OpMember {
 		st.membersChanged = true
 		return f.applyMemberAttrs(b, &c.Member)
+	}
+	if c.Op == command.OpClusterVersion {
+		// Proposed only once every member applies it; a member that does
+		// not (one downgraded since) must stop rather than apply what
+		// follows by older rules than its peers.
+		if c.ClusterVersion > command.ClusterVersionMax {
+			return Result{}, tooNew(c.ClusterVersion)
+		}
+		st.clusterVersion = max(st.clusterVersion, c.ClusterVersion)
+		return Result{Status: StatusOK}, nil
 	}
 	old, exists, err := f.load(b, c.Key)
 	if err != nil {
@@ -732,8 +761,9 @@ func (f *FSM) applyFlush(b *pebble.Batch, st *applyState, c *command.Command) (R
 	// 1970 of "flush_all 2592001", the 2001 of "flush_all 1000000000"),
 	// and such a horizon hides nothing here either. (For a past time after
 	// its start memcached flushes everything; here only what was stored
-	// before that time goes.)
-	if c.Delay > 0 {
+	// before that time goes.) From cluster version 2 on: before it, such a
+	// flush_all flushed everything, and every member must apply it alike.
+	if c.Delay > 0 && (at > c.Stamp || st.clusterVersion >= 2) {
 		// A later flush_all replaces a pending one, as in memcached. One
 		// whose horizon has passed is no longer pending: what it hid goes
 		// for good first, or the new horizon would bring it back.

@@ -559,18 +559,26 @@ func TestFlushAllAbsoluteTimeInThePast(t *testing.T) {
 		delay   int64
 		pending bool     // a delayed flush_all is pending before it
 		visible []string // of "older" (stored t0-10s) and "newer" (t0-1s), at t0+1h
+		// version is the cluster version; before 2 such a flush_all
+		// flushed everything, and a member at 1 must apply it so.
+		version uint64
 	}{
-		{name: "1970", delay: 2592001, visible: []string{"older", "newer"}},
-		{name: "2001", delay: 1_000_000_000, visible: []string{"older", "newer"}},
-		{name: "2001 replaces a pending flush", delay: 1_000_000_000, pending: true, visible: []string{"older", "newer"}},
-		{name: "between the two stores", delay: t0/1e9 - 5, visible: []string{"newer"}},
-		{name: "the flush's own second", delay: t0 / 1e9, visible: nil},
+		{name: "1970", delay: 2592001, version: 2, visible: []string{"older", "newer"}},
+		{name: "2001", delay: 1_000_000_000, version: 2, visible: []string{"older", "newer"}},
+		{name: "2001 replaces a pending flush", delay: 1_000_000_000, pending: true, version: 2, visible: []string{"older", "newer"}},
+		{name: "between the two stores", delay: t0/1e9 - 5, version: 2, visible: []string{"newer"}},
+		{name: "the flush's own second", delay: t0 / 1e9, version: 2, visible: nil},
+		{name: "2001 at cluster version 1", delay: 1_000_000_000, version: 1, visible: nil},
+		{name: "between the two stores at cluster version 1", delay: t0/1e9 - 5, version: 1, visible: nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := openTest(t, t.TempDir())
 			defer f.Close()
 			a := &applier{t: t, f: f}
+			if tt.version > 1 {
+				a.do(command.Command{Op: command.OpClusterVersion, ClusterVersion: tt.version})
+			}
 			older, newer := set(command.OpSet, "older", "v"), set(command.OpSet, "newer", "v")
 			older.Stamp, newer.Stamp = t0-10e9, t0-1e9
 			a.do(older)
@@ -597,4 +605,32 @@ func TestFlushAllAbsoluteTimeInThePast(t *testing.T) {
 			require.True(t, ok)
 		})
 	}
+}
+
+// TestClusterVersion: the cluster version only rises, survives a restart,
+// and a version past what this binary applies stops apply (an entry) or
+// open (a store), rather than let this member apply what follows by older
+// rules than its peers.
+func TestClusterVersion(t *testing.T) {
+	dir := t.TempDir()
+	f := openTest(t, dir)
+	require.Equal(t, uint64(1), f.ClusterVersion(), "a store that never recorded one")
+	a := &applier{t: t, f: f}
+	require.Equal(t, StatusOK, a.do(command.Command{Op: command.OpClusterVersion, ClusterVersion: 2}).Status)
+	require.Equal(t, uint64(2), f.ClusterVersion())
+	require.NoError(t, f.Close())
+
+	f = openTest(t, dir)
+	require.Equal(t, uint64(2), f.ClusterVersion(), "after a restart")
+	data, err := command.Encode(nil, &command.Command{Op: command.OpClusterVersion, ClusterVersion: command.ClusterVersionMax + 1})
+	require.NoError(t, err)
+	_, err = f.Apply([]Entry{{Index: f.AppliedIndex() + 1, Data: data}})
+	require.ErrorIs(t, err, command.ErrUnsupported)
+	require.Equal(t, uint64(2), f.ClusterVersion())
+
+	// A store at a version past this binary's (written by a newer kvd).
+	require.NoError(t, f.db.Set(metaClusterVersion, binary.BigEndian.AppendUint64(nil, command.ClusterVersionMax+1), pebble.NoSync))
+	require.NoError(t, f.Close())
+	_, err = Open(dir, slog.New(slog.DiscardHandler), Options{})
+	require.ErrorIs(t, err, command.ErrUnsupported)
 }

@@ -106,6 +106,9 @@ var (
 	metaItems   = []byte{prefixMeta, 'i'} // uint64: live + not-yet-swept items
 	metaBytes   = []byte{prefixMeta, 'b'} // uint64: sum of value sizes
 	metaFlushAt = []byte{prefixMeta, 'f'} // int64 Unix ns: pending delayed flush_all horizon
+	// uint64: the cluster version (command.ClusterVersionMax); absent in a
+	// store that never recorded one, which is version 1.
+	metaClusterVersion = []byte{prefixMeta, 'v'}
 	// metaMember + BE(member ID) → JSON Member: the replicated member table.
 	metaMember = []byte{prefixMeta, 'M'}
 )

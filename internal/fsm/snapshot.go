@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/kvd-project/kvd/internal/command"
 	"github.com/kvd-project/kvd/internal/failpoint"
 )
 
@@ -33,6 +34,7 @@ var errNoStore = errors.New("state store unavailable: a snapshot install failed"
 // storeMeta is the apply bookkeeping kept beside the data.
 type storeMeta struct {
 	applied, items, bytes, flushAt uint64
+	clusterVersion                 uint64 // at least 1
 }
 
 // openStore opens the Pebble instance in dir and reads its bookkeeping.
@@ -58,7 +60,7 @@ func openStore(dir string, opts Options, logger *slog.Logger, health *storeHealt
 	for _, f := range []struct {
 		key []byte
 		v   *uint64
-	}{{metaApplied, &m.applied}, {metaItems, &m.items}, {metaBytes, &m.bytes}, {metaFlushAt, &m.flushAt}} {
+	}{{metaApplied, &m.applied}, {metaItems, &m.items}, {metaBytes, &m.bytes}, {metaFlushAt, &m.flushAt}, {metaClusterVersion, &m.clusterVersion}} {
 		v, err := getUint64(db, f.key)
 		if err != nil {
 			_ = db.Close()
@@ -66,7 +68,19 @@ func openStore(dir string, opts Options, logger *slog.Logger, health *storeHealt
 		}
 		*f.v = v
 	}
+	m.clusterVersion = max(m.clusterVersion, 1)
+	if m.clusterVersion > command.ClusterVersionMax {
+		_ = db.Close()
+		return nil, storeMeta{}, fmt.Errorf("open state store %s: %w", dir, tooNew(m.clusterVersion))
+	}
 	return db, m, nil
+}
+
+// tooNew is the error of a state at cluster version v, past what this
+// binary applies: a cluster cannot be downgraded below its version.
+func tooNew(v uint64) error {
+	return fmt.Errorf("%w: the cluster is at version %d and this kvd applies versions up to %d; run a kvd release that applies it",
+		command.ErrUnsupported, v, command.ClusterVersionMax)
 }
 
 // pebbleOptions tunes the store for what kvd asks of it: point reads of
@@ -203,6 +217,7 @@ func (f *FSM) setMeta(m storeMeta) {
 	f.items.Store(int64(m.items))
 	f.bytes.Store(int64(m.bytes))
 	f.flushAt.Store(int64(m.flushAt))
+	f.clusterVersion.Store(m.clusterVersion)
 	f.applied.Store(m.applied)
 	f.durable.Store(m.applied)
 	f.flushing, f.flushingAt, f.unflushed = nil, m.applied, 0

@@ -262,6 +262,8 @@ func (a *api) adminFail(w http.ResponseWriter, r *http.Request, body []byte, err
 		writeError(w, http.StatusNotFound, "not_found", err.Error())
 	case errors.Is(err, kv.ErrMemberExists):
 		writeError(w, http.StatusConflict, "member_exists", err.Error())
+	case errors.Is(err, kv.ErrVersionTooOld):
+		writeError(w, http.StatusConflict, "version_too_old", err.Error())
 	case errors.Is(err, kv.ErrLastVoter):
 		writeError(w, http.StatusConflict, "last_voter", err.Error())
 	case errors.Is(err, kv.ErrQuorumAtRisk):

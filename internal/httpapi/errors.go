@@ -19,6 +19,7 @@ type Error struct {
 	// no_space, shutting_down, internal; on the cluster endpoints also
 	// bad_json, unsupported_media_type (415), cross_site (403),
 	// not_implemented, member_exists, last_voter, quorum_at_risk, removed,
+	// version_too_old,
 	// not_leader, leader_unreachable, and the 503s leader_transfer and
 	// change_in_progress (retry).
 	Code string `json:"code"`

@@ -1,7 +1,7 @@
 // Package httpapi owns kvd's HTTP listener: health (/healthz), readiness
 // (/readyz), the key-value API (/v1/kv), cluster status (/v1/cluster),
-// Prometheus metrics (/metrics), the console's stats feed (/v1/stats) and the
-// web console (/). Every error is a JSON body {"error": "...", "code": "..."}
+// Prometheus metrics (/metrics), the console's stats feed (/v1/stats), the
+// release and cluster versions (/v1/version) and the web console (/). Every error is a JSON body {"error": "...", "code": "..."}
 // with the status code that names its class: a client mistake is never a 500.
 //
 // The handler talks to the kv service only (never to the replica or the state
@@ -65,6 +65,10 @@ type MemberInfo struct {
 	PeerAddr     string `json:"peer_addr,omitempty"`
 	HTTPAddr     string `json:"http_addr,omitempty"`
 	MemcacheAddr string `json:"memcache_addr,omitempty"`
+	// MaxClusterVersion is, in a join request, the highest cluster version
+	// the joining member's kvd applies (0: not said, as by kvd cluster add
+	// or a kvd from before cluster versions).
+	MaxClusterVersion uint64 `json:"max_cluster_version,omitempty"`
 }
 
 // Directory maps raft IDs to names and addresses. Multi-node clusters provide
@@ -121,6 +125,7 @@ func New(svc Service, logger *slog.Logger, opts Options) http.Handler {
 		"/v1/kv":      {name: metrics.RouteKVList, methods: "GET", serve: a.list},
 		"/v1/cluster": {name: "cluster", methods: "GET", serve: a.cluster, noQuery: true},
 		"/v1/stats":   {name: "stats", methods: "GET", serve: a.stats, noQuery: true},
+		"/v1/version": {name: "version", methods: "GET", serve: a.version, noQuery: true},
 	}
 	if opts.Metrics != nil {
 		h := opts.Metrics.Handler()

@@ -378,4 +378,7 @@ var (
 	ErrLastVoter         = replica.ErrLastVoter
 	ErrRemoved           = replica.ErrRemoved
 	ErrConfChangeTimeout = replica.ErrConfChangeTimeout
+	// ErrVersionTooOld refuses a joining member whose kvd cannot apply
+	// the cluster's version (command.ClusterVersionMax).
+	ErrVersionTooOld = errors.New("the joining member's kvd cannot apply this cluster's version; run a newer release on it")
 )

@@ -271,6 +271,15 @@ func newRequestID() uint64 {
 // with the same peer address answers as if it had just been added, so a
 // joining node that crashed before saving its membership can retry.
 func (n *Node) AddMember(ctx context.Context, m httpapi.MemberInfo) (httpapi.JoinInfo, error) {
+	// A joiner says which versions it applies: one that cannot apply the
+	// cluster's is refused here rather than stop later at a state or an
+	// entry past its version. kvd cluster add does not say (a member so
+	// added stops itself at that point instead), nor can a kvd from before
+	// cluster versions, which would apply a snapshot's state by its own
+	// rules: do not add one to a cluster past version 1.
+	if cv := n.state.ClusterVersion(); m.MaxClusterVersion != 0 && m.MaxClusterVersion < cv {
+		return httpapi.JoinInfo{}, fmt.Errorf("%w: %s applies versions up to %d, the cluster is at %d", kv.ErrVersionTooOld, m.Name, m.MaxClusterVersion, cv)
+	}
 	id := IDOf(m.Name)
 	st := n.rep.Status()
 	// Only the leader answers from its configuration: a follower's may be
@@ -364,7 +373,8 @@ func (n *Node) Healthy() map[kv.NodeID]bool {
 // joinCluster asks the member at cfg.Join to add this node as a learner and
 // saves the cluster it answered with as this node's membership.
 func joinCluster(ctx context.Context, cfg config.Config, adv advertised, path string) (*membership, error) {
-	body, err := json.Marshal(httpapi.MemberInfo{Name: cfg.Name, PeerAddr: adv.peer, HTTPAddr: adv.http, MemcacheAddr: adv.memcache})
+	body, err := json.Marshal(httpapi.MemberInfo{Name: cfg.Name, PeerAddr: adv.peer, HTTPAddr: adv.http, MemcacheAddr: adv.memcache,
+		MaxClusterVersion: command.ClusterVersionMax})
 	if err != nil {
 		return nil, err
 	}

@@ -51,13 +51,16 @@ type Node struct {
 
 	// Membership: how the cluster began, what this node publishes, and the
 	// transport's peers kept equal to raft's configuration.
-	ms          *membership
-	adv         advertised
-	inbound     *replica.LateHandler
-	sender      *lazySender
-	peerMu      sync.Mutex
-	peerAddrs   map[uint64]string
-	stopWatch   context.CancelFunc
+	ms        *membership
+	adv       advertised
+	inbound   *replica.LateHandler
+	sender    *lazySender
+	peerMu    sync.Mutex
+	peerAddrs map[uint64]string
+	stopWatch context.CancelFunc
+	// versionHeld is why the leader last kept the cluster version where
+	// it was (logged when it changes); owned by watchClusterVersion.
+	versionHeld string
 	watchDone   chan struct{}
 	removed     chan struct{}
 	removedOnce sync.Once
@@ -283,7 +286,13 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	n.watchDone = make(chan struct{})
 	go func() {
 		defer close(n.watchDone)
+		versionDone := make(chan struct{})
+		go func() {
+			defer close(versionDone)
+			n.watchClusterVersion(watchCtx)
+		}()
 		n.watchMembers(watchCtx)
+		<-versionDone
 	}()
 	go func() { n.serveErr <- n.mc.Serve(n.mcLn) }()
 	go func() {

@@ -271,6 +271,35 @@ func (p *Proc) WaitReady() {
 	p.t.Fatalf("kvd not ready after 30s\n%s", p.Log.String())
 }
 
+// WaitClusterVersion polls /v1/version until the node has applied its
+// cluster's move to the highest version its binary applies: the leader
+// raises it once every member says it applies it, shortly after they are
+// ready. Tests of behaviour gated on that version wait for it first.
+func (p *Proc) WaitClusterVersion() {
+	p.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var v struct {
+		Cur uint64 `json:"cluster_version"`
+		Max uint64 `json:"max_cluster_version"`
+	}
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + p.HTTPAddr + "/v1/version")
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&v)
+			_ = resp.Body.Close()
+			if err == nil && v.Max > 0 && v.Cur == v.Max {
+				return
+			}
+		}
+		select {
+		case <-p.exited:
+			p.t.Fatalf("kvd exited\n%s", p.Log.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	p.t.Fatalf("cluster version still %d of %d after 30s\n%s", v.Cur, v.Max, p.Log.String())
+}
+
 // PID is the process ID, for reading /proc/PID (memory use in overload
 // tests) and for signalling it directly.
 func (p *Proc) PID() int { return p.cmd.Process.Pid }

@@ -1,0 +1,134 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/kvd-project/kvd/internal/command"
+	"github.com/kvd-project/kvd/internal/httpapi"
+	"github.com/kvd-project/kvd/internal/replica"
+)
+
+// The cluster version (command.ClusterVersionMax) rises as etcd's does: the
+// leader asks every member which versions its binary applies (GET
+// /v1/version) and, once all of them apply a version above the cluster's,
+// proposes it through the log. A member it cannot ask, or whose address is
+// not known yet, holds the version where it is; one that answers 404 is a
+// kvd from before cluster versions, which applies version 1 only.
+
+// clusterVersionEvery spaces the leader's checks. A check costs nothing
+// once the cluster is at this binary's version, and one HTTP request per
+// member while it is not.
+const clusterVersionEvery = 500 * time.Millisecond
+
+// versionAskTimeout bounds asking one member.
+const versionAskTimeout = 2 * time.Second
+
+func (n *Node) watchClusterVersion(ctx context.Context) {
+	t := time.NewTicker(clusterVersionEvery)
+	defer t.Stop()
+	for {
+		n.raiseClusterVersion(ctx)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// raiseClusterVersion proposes the highest version every member applies,
+// when this node leads and the cluster is below it.
+func (n *Node) raiseClusterVersion(ctx context.Context) {
+	st := n.rep.Status()
+	cur := n.state.ClusterVersion()
+	if st.Role != "leader" || !st.Ready || cur >= command.ClusterVersionMax {
+		return
+	}
+	rows := n.rows()
+	addrs := map[replica.NodeID]string{}
+	for _, id := range slices.Concat(st.Voters, st.Learners) {
+		if id != st.ID {
+			addrs[id] = rows[uint64(id)].HTTPAddr
+		}
+	}
+	target, why := clusterVersionTarget(cur, addrs, func(addr string) (uint64, error) { return askMaxClusterVersion(ctx, addr) })
+	if target <= cur {
+		if why != "" && why != n.versionHeld {
+			n.logger.Info("cluster version stays", "cluster_version", cur, "this_binary_applies", command.ClusterVersionMax, "because", why)
+		}
+		n.versionHeld = why
+		return
+	}
+	if _, err := n.kv.Do(ctx, &command.Command{Op: command.OpClusterVersion, ClusterVersion: target}); err != nil {
+		n.logger.Warn("raise the cluster version", "to", target, "err", err)
+		return
+	}
+	n.versionHeld = ""
+	n.logger.Info("raised the cluster version", "from", cur, "to", target)
+}
+
+// clusterVersionTarget is the version the cluster may move to: the lowest
+// of what this binary and every other member (addrs: their HTTP addresses)
+// apply, or cur, with the reason, when a member cannot say.
+func clusterVersionTarget(cur uint64, addrs map[replica.NodeID]string, ask func(addr string) (uint64, error)) (uint64, string) {
+	target := command.ClusterVersionMax
+	ids := make([]replica.NodeID, 0, len(addrs))
+	for id := range addrs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		addr := addrs[id]
+		if addr == "" {
+			return cur, fmt.Sprintf("member %x has not published its HTTP address yet", uint64(id))
+		}
+		v, err := ask(addr)
+		if err != nil {
+			return cur, fmt.Sprintf("member %x (%s) did not say which versions it applies: %v", uint64(id), addr, err)
+		}
+		if v < target {
+			target = v
+		}
+	}
+	if target <= cur {
+		return cur, fmt.Sprintf("a member applies versions up to %d only", target)
+	}
+	return target, ""
+}
+
+// askMaxClusterVersion asks the member at addr (host:port of its HTTP API)
+// which cluster versions its binary applies.
+func askMaxClusterVersion(ctx context.Context, addr string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, versionAskTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/version", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		return 1, nil // a kvd from before cluster versions
+	default:
+		return 0, fmt.Errorf("GET /v1/version: %s", resp.Status)
+	}
+	var v httpapi.VersionInfo
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&v); err != nil {
+		return 0, fmt.Errorf("GET /v1/version: %w", err)
+	}
+	if v.MaxClusterVersion < 1 {
+		return 0, fmt.Errorf("GET /v1/version: max_cluster_version %d", v.MaxClusterVersion)
+	}
+	return v.MaxClusterVersion, nil
+}

@@ -1,0 +1,119 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvd-project/kvd/internal/command"
+	"github.com/kvd-project/kvd/internal/httpapi"
+	"github.com/kvd-project/kvd/internal/kv"
+	"github.com/kvd-project/kvd/internal/replica"
+)
+
+// TestClusterVersionTarget: the cluster moves to the highest version every
+// member applies, and stays where it is while any member cannot say.
+func TestClusterVersionTarget(t *testing.T) {
+	top := command.ClusterVersionMax
+	answers := map[string]uint64{"new:1": top, "new:2": top, "old:1": 1}
+	ask := func(addr string) (uint64, error) {
+		if v, ok := answers[addr]; ok {
+			return v, nil
+		}
+		return 0, errors.New("connection refused")
+	}
+	for _, tc := range []struct {
+		name  string
+		cur   uint64
+		addrs map[replica.NodeID]string
+		want  uint64
+	}{
+		{"alone", 1, nil, top},
+		{"every member applies it", 1, map[replica.NodeID]string{2: "new:1", 3: "new:2"}, top},
+		{"a member from before cluster versions", 1, map[replica.NodeID]string{2: "new:1", 3: "old:1"}, 1},
+		{"a member unreachable", 1, map[replica.NodeID]string{2: "new:1", 3: "down:1"}, 1},
+		{"a member's address unknown", 1, map[replica.NodeID]string{2: "new:1", 3: ""}, 1},
+		{"already there", top, map[replica.NodeID]string{2: "new:1"}, top},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, why := clusterVersionTarget(tc.cur, tc.addrs, ask)
+			require.Equal(t, tc.want, got)
+			if got == tc.cur && tc.addrs != nil {
+				require.NotEmpty(t, why, "a held version says why")
+			}
+		})
+	}
+}
+
+// TestAskMaxClusterVersion: what a member's HTTP API answers, including a
+// kvd from before cluster versions (404) and a server that is not kvd.
+func TestAskMaxClusterVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		want   uint64
+		err    bool
+	}{
+		{"this kvd", 200, `{"version":"x","cluster_version":1,"max_cluster_version":2}`, 2, false},
+		{"before cluster versions", 404, `{"error":"no such endpoint"}`, 1, false},
+		{"not kvd", 200, `<html>`, 0, true},
+		{"no version", 200, `{}`, 0, true},
+		{"failing", 503, `{}`, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				require.Equal(t, "/v1/version", r.URL.Path)
+				w.WriteHeader(tc.status)
+				_, _ = w.Write([]byte(tc.body))
+			}))
+			defer srv.Close()
+			got, err := askMaxClusterVersion(context.Background(), strings.TrimPrefix(srv.URL, "http://"))
+			if tc.err {
+				require.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+// TestClusterReachesThisVersion: three members of this binary move their
+// cluster to its version through the log, every member applies it and
+// says so on /v1/version; a joiner whose kvd applies less is refused.
+func TestClusterReachesThisVersion(t *testing.T) {
+	nodes := startTrio(t)
+	for _, n := range nodes {
+		require.Eventually(t, func() bool { return n.state.ClusterVersion() == command.ClusterVersionMax },
+			30*time.Second, 10*time.Millisecond, "cluster version %d on %s", n.state.ClusterVersion(), n.cfg.Name)
+		resp, err := http.Get("http://" + n.HTTPAddr() + "/v1/version")
+		require.NoError(t, err)
+		var v httpapi.VersionInfo
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&v))
+		resp.Body.Close()
+		require.Equal(t, command.ClusterVersionMax, v.ClusterVersion)
+		require.Equal(t, command.ClusterVersionMax, v.MaxClusterVersion)
+	}
+	var leader *Node
+	for _, n := range nodes {
+		if n.KV().Status().Role == "leader" {
+			leader = n
+		}
+	}
+	require.NotNil(t, leader)
+	_, err := leader.AddMember(t.Context(), httpapi.MemberInfo{Name: "n9", PeerAddr: "127.0.0.1:9", MaxClusterVersion: 1})
+	require.ErrorIs(t, err, kv.ErrVersionTooOld)
+	resp, err := http.Post("http://"+leader.HTTPAddr()+"/v1/cluster/members", "application/json",
+		strings.NewReader(`{"name":"n9","peer_addr":"127.0.0.1:9","max_cluster_version":1}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusConflict, resp.StatusCode)
+}
