@@ -55,8 +55,12 @@ func (f *FSM) Digest() (Digest, error) {
 	h := sha256.New()
 	var n [8]byte
 	for it.First(); it.Valid(); it.Next() {
+		v, err := it.ValueAndErr() // Value() hides a failed read as nil
+		if err != nil {
+			return Digest{}, fmt.Errorf("digest: read %q: %w", it.Key(), err)
+		}
 		// Length-prefixed, so no two different states hash the same bytes.
-		for _, b := range [][]byte{it.Key(), it.Value()} {
+		for _, b := range [][]byte{it.Key(), v} {
 			binary.BigEndian.PutUint64(n[:], uint64(len(b)))
 			h.Write(n[:])
 			h.Write(b)

@@ -455,7 +455,11 @@ func (f *FSM) ExpiredBefore(nowSec int64, limit int) ([]command.KeyCAS, error) {
 	defer iter.Close()
 	var out []command.KeyCAS
 	for ok := iter.First(); ok && len(out) < limit; ok = iter.Next() {
-		k, v := iter.Key(), iter.Value()
+		k := iter.Key()
+		v, err := iter.ValueAndErr()
+		if err != nil {
+			return nil, fmt.Errorf("scan expiry index: %w", err)
+		}
 		if len(k) < 9 || len(v) != 8 {
 			return nil, fmt.Errorf("scan expiry index: malformed entry %q", k)
 		}
@@ -505,7 +509,11 @@ func (f *FSM) HiddenAfter(after []byte, steps int, maxBytes int64, nowNs int64) 
 	ok := iter.First()
 	for ; ok && n < steps && read < maxBytes; ok = iter.Next() {
 		n++
-		k, v := iter.Key(), iter.Value()
+		k := iter.Key()
+		v, err := iter.ValueAndErr() // Value() hides a failed read as nil
+		if err != nil {
+			return nil, nil, fmt.Errorf("crawl for hidden items: read key %q: %w", k[1:], err)
+		}
 		read += int64(len(k) + len(v))
 		if err := decodeItem(v, &it); err != nil {
 			return nil, nil, fmt.Errorf("crawl for hidden items: key %q: %w", k[1:], err)
@@ -808,7 +816,11 @@ func (f *FSM) dropStoredBefore(b *pebble.Batch, st *applyState, horizon int64) (
 	var old Item
 	for ok := it.First(); ok; ok = it.Next() {
 		key := it.Key()[1:]
-		if err := decodeItem(it.Value(), &old); err != nil {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("flush_all: read %q: %w", key, err)
+		}
+		if err := decodeItem(v, &old); err != nil {
 			return fmt.Errorf("flush_all: read %q: %w", key, err)
 		}
 		if old.StoredAt < horizon {

@@ -117,7 +117,11 @@ func (f *FSM) loadMembers() error {
 	var out []Member
 	for it.First(); it.Valid(); it.Next() {
 		var m Member
-		if err := json.Unmarshal(it.Value(), &m); err != nil {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("read member table: %w", err)
+		}
+		if err := json.Unmarshal(v, &m); err != nil {
 			return fmt.Errorf("read member table: %w", err)
 		}
 		out = append(out, m)

@@ -65,7 +65,11 @@ func (f *FSM) Scan(prefix, after []byte, limit int, nowNs int64) ([]ScanItem, er
 	var it Item
 	for ok := iter.First(); ok && len(out) < limit; ok = iter.Next() {
 		k := iter.Key()
-		if err := decodeItem(iter.Value(), &it); err != nil {
+		v, err := iter.ValueAndErr() // Value() hides a failed read as nil
+		if err != nil {
+			return nil, fmt.Errorf("scan: read key %q: %w", k[1:], err)
+		}
+		if err := decodeItem(v, &it); err != nil {
 			return nil, fmt.Errorf("scan: key %q: %w", k[1:], err)
 		}
 		if !visible(&it, flushAt, nowNs) {
