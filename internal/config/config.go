@@ -191,21 +191,28 @@ func (c *Config) LoadFile(path string) error {
 	return nil
 }
 
-// fileKeys maps each config file key to whether its field is a duration.
-var fileKeys = func() map[string]bool {
-	keys := map[string]bool{}
+// fileKeys maps each config file key to the kind of its field.
+var fileKeys = func() map[string]reflect.Kind {
+	keys := map[string]reflect.Kind{}
 	typ := reflect.TypeOf(Config{})
 	for i := range typ.NumField() {
-		keys[typ.Field(i).Tag.Get("yaml")] = typ.Field(i).Type == reflect.TypeOf(time.Duration(0))
+		kind := typ.Field(i).Type.Kind()
+		if typ.Field(i).Type == reflect.TypeOf(time.Duration(0)) {
+			kind = reflect.Invalid // a duration, not a number
+		}
+		keys[typ.Field(i).Tag.Get("yaml")] = kind
 	}
 	return keys
 }()
 
 // asFlags refuses unknown keys (a node decodes without the decoder's
-// KnownFields) and has a duration written as a bare number read as the
-// flag reads it: "timer-slack: 0" is the documented "0: keep", which yaml
-// refuses as an integer where --timer-slack 0 is accepted; any other bare
-// number still fails for its missing unit, as the flag does.
+// KnownFields) and reads values as the flags do where yaml would not:
+//   - A duration written as a bare number: "timer-slack: 0" is the
+//     documented "0: keep", which yaml refuses as an integer where
+//     --timer-slack 0 is accepted; any other bare number still fails for
+//     its missing unit, as the flag does.
+//   - A fraction for a whole number: yaml truncates "max-connections: 1.5"
+//     to 1 without a word, where the flag refuses it.
 func asFlags(doc *yaml.Node) error {
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil // Decode reports what is not a mapping
@@ -217,13 +224,19 @@ func asFlags(doc *yaml.Node) error {
 		if k.Tag == "!!merge" {
 			continue
 		}
-		duration, known := fileKeys[k.Value]
+		kind, known := fileKeys[k.Value]
 		if !known {
 			errs = append(errs, fmt.Errorf("line %d: unknown key %q", k.Line, k.Value))
 			continue
 		}
-		if duration && v.Kind == yaml.ScalarNode && v.Tag == "!!int" {
+		if v.Kind != yaml.ScalarNode {
+			continue
+		}
+		switch {
+		case kind == reflect.Invalid && v.Tag == "!!int":
 			v.Tag = "!!str"
+		case v.Tag == "!!float" && (reflect.Int <= kind && kind <= reflect.Uint64):
+			errs = append(errs, fmt.Errorf("line %d: %s: %q is not a whole number", v.Line, k.Value, v.Value))
 		}
 	}
 	return errors.Join(errs...)

@@ -81,3 +81,32 @@ func TestLoadFileReadsDurationsAsTheFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadFileRefusesFractionsForWholeNumbers: yaml truncates a fraction
+// into an integer field without a word ("max-connections: 1.5" was 1);
+// the flag refuses it, and so does the file.
+func TestLoadFileRefusesFractionsForWholeNumbers(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		err  string
+	}{
+		{body: "max-connections: 1.5\n", err: `line 1: max-connections: "1.5" is not a whole number`},
+		{body: "snapshot-count: 2.7\n", err: `line 1: snapshot-count: "2.7" is not a whole number`},
+		{body: "max-connections: 1e3\n", err: `"1e3" is not a whole number`},
+		{body: "max-connections: 100\n"},
+	} {
+		t.Run(tc.body, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "kvd.yaml")
+			require.NoError(t, os.WriteFile(p, []byte(tc.body), 0o600))
+			c := Default()
+			err := c.LoadFile(p)
+			if tc.err == "" {
+				require.NoError(t, err)
+				require.Equal(t, 100, c.MaxConnections)
+				return
+			}
+			require.ErrorContains(t, err, tc.err)
+			require.Equal(t, Default(), c, "a refused file changes nothing")
+		})
+	}
+}
