@@ -12,6 +12,12 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
+// dirMode is what kvd creates its directories with: the data dir holds
+// every value clients stored, which other users of the host have no
+// business reading (etcd's data dir is 0700; kvd's files are group-
+// readable, as cluster.json is 0640, for an operator's group).
+const dirMode = 0o750
+
 // MkdirAll creates dir and any missing parents, then fsyncs the parent of
 // dir and of each of its ancestors, up to the root (or, for a relative
 // path, the working directory), so that the whole path survives a crash.
@@ -23,7 +29,7 @@ import (
 // enough, and a directory fsync with nothing to write is cheap: a few per
 // start.
 func MkdirAll(fsys vfs.FS, dir string) error {
-	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+	if err := fsys.MkdirAll(dir, dirMode); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
 	for d := dir; ; {
