@@ -120,6 +120,12 @@ type Command struct {
 	Member MemberAttrs
 	// ClusterVersion is what an OpClusterVersion raises the cluster to.
 	ClusterVersion uint64
+	// MemberTable is, in an OpClusterVersion, the fingerprint of the member
+	// table whose members the leader asked (fsm.MemberTableSum; never 0). Apply
+	// refuses the raise when the table differs by then: a member added,
+	// replaced or moved since was never asked whether it applies the
+	// version. 0 (entries written before it existed): not checked.
+	MemberTable uint64
 }
 
 // MemberAttrs are a member's addresses as it advertises them.
@@ -219,6 +225,9 @@ func Encode(dst []byte, c *Command) ([]byte, error) {
 			return dst[:start], fmt.Errorf("encode cluster version: %d (the first version it can raise to is 2)", c.ClusterVersion)
 		}
 		dst = binary.BigEndian.AppendUint64(dst, c.ClusterVersion)
+		if c.MemberTable != 0 {
+			dst = binary.BigEndian.AppendUint64(dst, c.MemberTable)
+		}
 	}
 	return dst, nil
 }
@@ -312,6 +321,12 @@ func Decode(data []byte, c *Command) error {
 		if d.err == nil && c.ClusterVersion < 2 {
 			return fmt.Errorf("%w: cluster version %d", ErrCorrupt, c.ClusterVersion)
 		}
+		if len(d.b) != 0 { // absent from the first such entries
+			c.MemberTable = d.u64()
+			if d.err == nil && c.MemberTable == 0 {
+				return fmt.Errorf("%w: cluster version: member table fingerprint 0", ErrCorrupt)
+			}
+		}
 	}
 	if d.err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrCorrupt, c.Op, d.err)
@@ -332,7 +347,7 @@ func Describe(c *Command) string {
 	case OpMember:
 		return fmt.Sprintf("%s id=%x name=%q req=%x", c.Op, c.Member.ID, c.Member.Name, c.ReqID)
 	case OpClusterVersion:
-		return fmt.Sprintf("%s %d req=%x", c.Op, c.ClusterVersion, c.ReqID)
+		return fmt.Sprintf("%s %d members=%x req=%x", c.Op, c.ClusterVersion, c.MemberTable, c.ReqID)
 	default:
 		return fmt.Sprintf("%s key=%q value=%dB req=%x", c.Op, c.Key, len(c.Value), c.ReqID)
 	}

@@ -2,6 +2,7 @@ package command
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"testing"
 
@@ -26,6 +27,7 @@ func TestRoundTrip(t *testing.T) {
 		{Op: OpMember, ReqID: 14, Member: MemberAttrs{ID: 7, Name: "n1", PeerAddr: "h:1", HTTPAddr: "h:2", MemcacheAddr: "h:3"}},
 		{Op: OpMember, ReqID: 15, Member: MemberAttrs{ID: 8}},
 		{Op: OpClusterVersion, ReqID: 16, ClusterVersion: 2},
+		{Op: OpClusterVersion, ReqID: 17, ClusterVersion: 2, MemberTable: 0xfeed},
 	}
 	for _, want := range cases {
 		t.Run(want.Op.String(), func(t *testing.T) {
@@ -45,6 +47,9 @@ func TestRoundTrip(t *testing.T) {
 
 			// Every strict prefix is rejected as corrupt, never accepted or panicking.
 			for i := 0; i < len(b); i++ {
+				if want.MemberTable != 0 && i == len(b)-8 {
+					continue // a raise without the fingerprint, as the first ones were written
+				}
 				err := Decode(b[:i], &got)
 				require.ErrorIs(t, err, ErrCorrupt, "prefix of %d bytes", i)
 			}
@@ -82,6 +87,8 @@ func TestDecodeRejects(t *testing.T) {
 		b[i] = v
 		return b
 	}
+	raise, err := Encode(nil, &Command{Op: OpClusterVersion, ClusterVersion: 2})
+	require.NoError(t, err)
 	cases := []struct {
 		name string
 		data []byte
@@ -93,6 +100,8 @@ func TestDecodeRejects(t *testing.T) {
 		// What a newer kvd may write: not corrupt, and not to be skipped.
 		{"newer version", with(0, Version+1), ErrUnsupported},
 		{"newer operation", with(1, 200), ErrUnsupported},
+		{"cluster version, member table fingerprint 0", binary.BigEndian.AppendUint64(append([]byte{}, raise...), 0), ErrCorrupt},
+		{"cluster version, member table fingerprint cut short", append(append([]byte{}, raise...), 1, 2, 3), ErrCorrupt},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -115,6 +124,7 @@ func FuzzDecode(f *testing.F) {
 		{Op: OpFlush, Delay: 1},
 		{Op: OpMember, Member: MemberAttrs{ID: 1, Name: "a", HTTPAddr: "b:1"}},
 		{Op: OpClusterVersion, ClusterVersion: 2},
+		{Op: OpClusterVersion, ClusterVersion: 2, MemberTable: 1},
 	} {
 		b, err := Encode(nil, &c)
 		if err != nil {

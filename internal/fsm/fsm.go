@@ -662,6 +662,20 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 		if c.ClusterVersion > command.ClusterVersionMax {
 			return Result{}, tooNew(c.ClusterVersion)
 		}
+		// The leader asked the members of the table it fingerprinted. A
+		// member added, replaced or re-addressed by an entry before this
+		// one was never asked: refused here, alike on every node (the
+		// table is replicated state, read through the batch), and the
+		// leader asks again.
+		if c.MemberTable != 0 {
+			ms, err := readMembers(b)
+			if err != nil {
+				return Result{}, err
+			}
+			if MemberTableSum(ms) != c.MemberTable {
+				return Result{Status: StatusNotStored}, nil
+			}
+		}
 		st.clusterVersion = max(st.clusterVersion, c.ClusterVersion)
 		return Result{Status: StatusOK}, nil
 	}

@@ -634,3 +634,62 @@ func TestClusterVersion(t *testing.T) {
 	_, err = Open(dir, slog.New(slog.DiscardHandler), Options{})
 	require.ErrorIs(t, err, command.ErrUnsupported)
 }
+
+// TestClusterVersionMemberTableChanged: a raise carries the fingerprint of
+// the member table whose members the leader asked; a member added,
+// removed, replaced or re-addressed by an entry before the raise (in an
+// earlier batch or in the same one) was never asked, so every node refuses
+// the raise alike and the version stays.
+func TestClusterVersionMemberTableChanged(t *testing.T) {
+	n2 := command.Command{Op: command.OpMember, Member: command.MemberAttrs{ID: 2, Name: "n2", PeerAddr: "h:1", HTTPAddr: "h:2"}}
+	for _, tc := range []struct {
+		name string
+		// between runs after the leader read the table, before the raise.
+		between   []Entry
+		sameBatch bool
+		want      uint64
+	}{
+		{name: "unchanged", want: 2},
+		{name: "a member added", between: []Entry{{Member: &MemberChange{ID: 3, Name: "n3", PeerAddr: "h:3"}}}, want: 1},
+		{name: "a member added in the same batch", between: []Entry{{Member: &MemberChange{ID: 3, Name: "n3", PeerAddr: "h:3"}}}, sameBatch: true, want: 1},
+		{name: "a member removed and added again", between: []Entry{{Member: &MemberChange{ID: 2, Remove: true}}, {Member: &MemberChange{ID: 2, Name: "n2", PeerAddr: "h:9"}}}, want: 1},
+		{name: "a member's HTTP address moved", between: []Entry{{Data: mustEncode(t, command.Command{Op: command.OpMember, Member: command.MemberAttrs{ID: 2, HTTPAddr: "h:7"}})}}, want: 1},
+		{name: "a promotion", between: []Entry{{Member: &MemberChange{ID: 2}}}, want: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := openTest(t, t.TempDir())
+			defer f.Close()
+			a := &applier{t: t, f: f}
+			a.do(n2)
+			raise := command.Command{Op: command.OpClusterVersion, ClusterVersion: 2, MemberTable: MemberTableSum(f.Members())}
+			var batch []Entry
+			for _, e := range tc.between {
+				a.index++
+				e.Index = a.index
+				batch = append(batch, e)
+			}
+			if !tc.sameBatch && len(batch) > 0 {
+				_, err := f.Apply(batch)
+				require.NoError(t, err)
+				batch = nil
+			}
+			batch = append(batch, a.entry(raise))
+			res, err := f.Apply(batch)
+			require.NoError(t, err)
+			want := StatusOK
+			if tc.want == 1 {
+				want = StatusNotStored
+			}
+			require.Equal(t, want, res[len(res)-1].Status)
+			require.Equal(t, tc.want, f.ClusterVersion())
+		})
+	}
+}
+
+func mustEncode(t *testing.T, c command.Command) []byte {
+	t.Helper()
+	c.Stamp = t0
+	b, err := command.Encode(nil, &c)
+	require.NoError(t, err)
+	return b
+}

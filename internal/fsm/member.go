@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -108,27 +109,56 @@ func (f *FSM) Members() []Member {
 // own f.db for the duration: Open, Apply (the Ready loop) and
 // InstallSnapshot (under the write lock).
 func (f *FSM) loadMembers() error {
-	upper := append(append([]byte(nil), metaMember...), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
-	it, err := f.db.NewIter(&pebble.IterOptions{LowerBound: metaMember, UpperBound: upper})
+	out, err := readMembers(f.db)
 	if err != nil {
-		return fmt.Errorf("read member table: %w", err)
+		return err
+	}
+	f.members.Store(&out)
+	return nil
+}
+
+// MemberTableSum fingerprints the member table rows a leader reads the
+// addresses to ask from (command.Command.MemberTable): each row's ID,
+// name, peer and HTTP address, in the order given (Members' ID order).
+// Never 0.
+func MemberTableSum(ms []Member) uint64 {
+	h := fnv.New64a()
+	var n [8]byte
+	for _, m := range ms {
+		binary.BigEndian.PutUint64(n[:], m.ID)
+		h.Write(n[:])
+		for _, f := range []string{m.Name, m.PeerAddr, m.HTTPAddr} {
+			binary.BigEndian.PutUint64(n[:], uint64(len(f)))
+			h.Write(n[:])
+			h.Write([]byte(f))
+		}
+	}
+	return max(h.Sum64(), 1)
+}
+
+// readMembers reads the member table through r (apply's batch: what the
+// entries before this one in the batch changed included), in ID order.
+func readMembers(r pebble.Reader) ([]Member, error) {
+	upper := append(append([]byte(nil), metaMember...), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: metaMember, UpperBound: upper})
+	if err != nil {
+		return nil, fmt.Errorf("read member table: %w", err)
 	}
 	defer it.Close()
 	var out []Member
 	for it.First(); it.Valid(); it.Next() {
-		var m Member
 		v, err := it.ValueAndErr()
 		if err != nil {
-			return fmt.Errorf("read member table: %w", err)
+			return nil, fmt.Errorf("read member table: %w", err)
 		}
+		var m Member
 		if err := json.Unmarshal(v, &m); err != nil {
-			return fmt.Errorf("read member table: %w", err)
+			return nil, fmt.Errorf("read member table: %w", err)
 		}
 		out = append(out, m)
 	}
 	if err := it.Error(); err != nil {
-		return fmt.Errorf("read member table: %w", err)
+		return nil, fmt.Errorf("read member table: %w", err)
 	}
-	f.members.Store(&out)
-	return nil
+	return out, nil
 }

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"strconv"
 
 	"github.com/kvd-project/kvd/internal/command"
 	"github.com/kvd-project/kvd/internal/version"
@@ -14,6 +15,9 @@ import (
 // version 1 only.
 type VersionInfo struct {
 	Version string `json:"version"`
+	// ID is this member's raft ID (hex): the leader checks that the
+	// address it asked is still that member's.
+	ID string `json:"id"`
 	// ClusterVersion is the replicated cluster version as of this node's
 	// applied index.
 	ClusterVersion uint64 `json:"cluster_version"`
@@ -24,6 +28,7 @@ type VersionInfo struct {
 func (a *api) version(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, VersionInfo{
 		Version:           version.Version,
+		ID:                strconv.FormatUint(uint64(a.svc.Status().ID), 16),
 		ClusterVersion:    a.svc.StoreStats().ClusterVersion,
 		MaxClusterVersion: command.ClusterVersionMax,
 	})

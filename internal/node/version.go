@@ -7,9 +7,11 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/kvd-project/kvd/internal/command"
+	"github.com/kvd-project/kvd/internal/fsm"
 	"github.com/kvd-project/kvd/internal/httpapi"
 	"github.com/kvd-project/kvd/internal/replica"
 )
@@ -45,19 +47,19 @@ func (n *Node) watchClusterVersion(ctx context.Context) {
 // raiseClusterVersion proposes the highest version every member applies,
 // when this node leads and the cluster is below it.
 func (n *Node) raiseClusterVersion(ctx context.Context) {
+	// The member table before the configuration: a member raft lists
+	// whose row this read missed has no address yet and holds the version;
+	// the other order could miss a member raft lists after the row read.
+	table := n.state.Members()
 	st := n.rep.Status()
 	cur := n.state.ClusterVersion()
 	if st.Role != "leader" || !st.Ready || cur >= command.ClusterVersionMax {
 		return
 	}
-	rows := n.rows()
-	addrs := map[replica.NodeID]string{}
-	for _, id := range slices.Concat(st.Voters, st.Learners) {
-		if id != st.ID {
-			addrs[id] = rows[uint64(id)].HTTPAddr
-		}
-	}
-	target, why := clusterVersionTarget(cur, addrs, func(addr string) (uint64, error) { return askMaxClusterVersion(ctx, addr) })
+	addrs := versionAddrs(st, table)
+	target, why := clusterVersionTarget(cur, addrs, func(id replica.NodeID, addr string) (uint64, error) {
+		return askMaxClusterVersion(ctx, id, addr)
+	})
 	if target <= cur {
 		if why != "" && why != n.versionHeld {
 			n.logger.Info("cluster version stays", "cluster_version", cur, "this_binary_applies", command.ClusterVersionMax, "because", why)
@@ -65,18 +67,44 @@ func (n *Node) raiseClusterVersion(ctx context.Context) {
 		n.versionHeld = why
 		return
 	}
-	if _, err := n.kv.Do(ctx, &command.Command{Op: command.OpClusterVersion, ClusterVersion: target}); err != nil {
+	// The table's fingerprint goes with the raise: a member added,
+	// replaced or re-addressed while we asked (or before the raise is
+	// applied) was never asked, and apply refuses the raise then, on
+	// every node alike.
+	res, err := n.kv.Do(ctx, &command.Command{Op: command.OpClusterVersion, ClusterVersion: target, MemberTable: fsm.MemberTableSum(table)})
+	if err != nil {
 		n.logger.Warn("raise the cluster version", "to", target, "err", err)
+		return
+	}
+	if res.Status != fsm.StatusOK {
+		n.logger.Info("cluster version stays", "cluster_version", cur, "because", "the member table changed while the members were asked; asking again")
+		n.versionHeld = ""
 		return
 	}
 	n.versionHeld = ""
 	n.logger.Info("raised the cluster version", "from", cur, "to", target)
 }
 
+// versionAddrs are the HTTP addresses, from the replicated member table,
+// of every member raft lists but this one ("" when its row has none).
+func versionAddrs(st replica.Status, table []fsm.Member) map[replica.NodeID]string {
+	rows := make(map[uint64]string, len(table))
+	for _, m := range table {
+		rows[m.ID] = m.HTTPAddr
+	}
+	addrs := map[replica.NodeID]string{}
+	for _, id := range slices.Concat(st.Voters, st.Learners) {
+		if id != st.ID {
+			addrs[id] = rows[uint64(id)]
+		}
+	}
+	return addrs
+}
+
 // clusterVersionTarget is the version the cluster may move to: the lowest
 // of what this binary and every other member (addrs: their HTTP addresses)
 // apply, or cur, with the reason, when a member cannot say.
-func clusterVersionTarget(cur uint64, addrs map[replica.NodeID]string, ask func(addr string) (uint64, error)) (uint64, string) {
+func clusterVersionTarget(cur uint64, addrs map[replica.NodeID]string, ask func(id replica.NodeID, addr string) (uint64, error)) (uint64, string) {
 	target := command.ClusterVersionMax
 	ids := make([]replica.NodeID, 0, len(addrs))
 	for id := range addrs {
@@ -88,7 +116,7 @@ func clusterVersionTarget(cur uint64, addrs map[replica.NodeID]string, ask func(
 		if addr == "" {
 			return cur, fmt.Sprintf("member %x has not published its HTTP address yet", uint64(id))
 		}
-		v, err := ask(addr)
+		v, err := ask(id, addr)
 		if err != nil {
 			return cur, fmt.Sprintf("member %x (%s) did not say which versions it applies: %v", uint64(id), addr, err)
 		}
@@ -102,9 +130,11 @@ func clusterVersionTarget(cur uint64, addrs map[replica.NodeID]string, ask func(
 	return target, ""
 }
 
-// askMaxClusterVersion asks the member at addr (host:port of its HTTP API)
-// which cluster versions its binary applies.
-func askMaxClusterVersion(ctx context.Context, addr string) (uint64, error) {
+// askMaxClusterVersion asks the member id at addr (host:port of its HTTP
+// API) which cluster versions its binary applies. The answer must come
+// from that member: an address the table still holds may by now be
+// another kvd's, whose versions say nothing of this member's.
+func askMaxClusterVersion(ctx context.Context, id replica.NodeID, addr string) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, versionAskTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/version", nil)
@@ -116,6 +146,11 @@ func askMaxClusterVersion(ctx context.Context, addr string) (uint64, error) {
 		return 0, err
 	}
 	defer resp.Body.Close()
+	// Read to the end (bounded), so the connection is kept for the next ask.
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return 0, fmt.Errorf("GET /v1/version: %w", err)
+	}
 	switch resp.StatusCode {
 	case http.StatusOK:
 	case http.StatusNotFound:
@@ -124,8 +159,11 @@ func askMaxClusterVersion(ctx context.Context, addr string) (uint64, error) {
 		return 0, fmt.Errorf("GET /v1/version: %s", resp.Status)
 	}
 	var v httpapi.VersionInfo
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&v); err != nil {
+	if err := json.Unmarshal(body, &v); err != nil {
 		return 0, fmt.Errorf("GET /v1/version: %w", err)
+	}
+	if want := strconv.FormatUint(uint64(id), 16); v.ID != want {
+		return 0, fmt.Errorf("GET /v1/version: answered by member %q, not %s", v.ID, want)
 	}
 	if v.MaxClusterVersion < 1 {
 		return 0, fmt.Errorf("GET /v1/version: max_cluster_version %d", v.MaxClusterVersion)

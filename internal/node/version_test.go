@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ import (
 func TestClusterVersionTarget(t *testing.T) {
 	top := command.ClusterVersionMax
 	answers := map[string]uint64{"new:1": top, "new:2": top, "old:1": 1}
-	ask := func(addr string) (uint64, error) {
+	ask := func(_ replica.NodeID, addr string) (uint64, error) {
 		if v, ok := answers[addr]; ok {
 			return v, nil
 		}
@@ -53,7 +54,9 @@ func TestClusterVersionTarget(t *testing.T) {
 }
 
 // TestAskMaxClusterVersion: what a member's HTTP API answers, including a
-// kvd from before cluster versions (404) and a server that is not kvd.
+// kvd from before cluster versions (404), a server that is not kvd, and a
+// kvd that is not the member asked (the table's address is stale: it
+// moved, and another kvd listens there now).
 func TestAskMaxClusterVersion(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -62,11 +65,13 @@ func TestAskMaxClusterVersion(t *testing.T) {
 		want   uint64
 		err    bool
 	}{
-		{"this kvd", 200, `{"version":"x","cluster_version":1,"max_cluster_version":2}`, 2, false},
+		{"this kvd", 200, `{"version":"x","id":"2","cluster_version":1,"max_cluster_version":2}`, 2, false},
 		{"before cluster versions", 404, `{"error":"no such endpoint"}`, 1, false},
 		{"not kvd", 200, `<html>`, 0, true},
-		{"no version", 200, `{}`, 0, true},
+		{"no version", 200, `{"id":"2"}`, 0, true},
 		{"failing", 503, `{}`, 0, true},
+		{"another member", 200, `{"version":"x","id":"3","cluster_version":1,"max_cluster_version":2}`, 0, true},
+		{"a member that does not say", 200, `{"version":"x","cluster_version":1,"max_cluster_version":2}`, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -75,7 +80,7 @@ func TestAskMaxClusterVersion(t *testing.T) {
 				_, _ = w.Write([]byte(tc.body))
 			}))
 			defer srv.Close()
-			got, err := askMaxClusterVersion(context.Background(), strings.TrimPrefix(srv.URL, "http://"))
+			got, err := askMaxClusterVersion(context.Background(), 2, strings.TrimPrefix(srv.URL, "http://"))
 			if tc.err {
 				require.Error(t, err)
 				return
@@ -101,6 +106,7 @@ func TestClusterReachesThisVersion(t *testing.T) {
 		resp.Body.Close()
 		require.Equal(t, command.ClusterVersionMax, v.ClusterVersion)
 		require.Equal(t, command.ClusterVersionMax, v.MaxClusterVersion)
+		require.Equal(t, strconv.FormatUint(uint64(n.KV().Status().ID), 16), v.ID, "the member the leader asked")
 	}
 	var leader *Node
 	for _, n := range nodes {
