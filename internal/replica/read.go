@@ -2,6 +2,7 @@ package replica
 
 import (
 	"encoding/binary"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"time"
@@ -34,8 +35,14 @@ type readyBatch struct {
 	readers []chan error
 }
 
+// newReadBatcher numbers requests from a random point: an answer reaches
+// whichever process of this member is listening when it arrives (the
+// leader's peer queue delivers what it held once a restarted member
+// reconnects), and with every process counting from 1 the answer to the
+// previous process's request n released the new one's readers of request n
+// at an index confirmed before they came.
 func newReadBatcher() *readBatcher {
-	return &readBatcher{inflight: make(map[uint64]inflightRead)}
+	return &readBatcher{inflight: make(map[uint64]inflightRead), nextID: rand.Uint64()}
 }
 
 func (b *readBatcher) join() chan error {

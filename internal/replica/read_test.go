@@ -2,13 +2,16 @@ package replica
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"github.com/kvd-project/kvd/internal/raftlog"
 	"github.com/kvd-project/kvd/internal/transport"
 )
 
@@ -211,4 +214,76 @@ func TestLostReadRoundIsRetried(t *testing.T) {
 	// At least the lost request and its retry; a machine slow enough to
 	// keep the retry past ReadRetry too sends a third, which is not wrong.
 	require.GreaterOrEqual(t, gate.count(), 2, "ReadIndex requests: the lost one and its retry")
+}
+
+// TestReadIndexAnswerToAnEarlierProcessIsIgnored: a member's ReadIndex
+// contexts must not repeat across its restarts. The leader answers a
+// follower's request to whichever process of it is listening when the
+// answer arrives, and a TCP peer queue delivers what it held once the
+// restarted follower reconnects: with contexts numbered from 1 in every
+// process, the answer to the previous process's first request released the
+// new process's first reader at an index the leader had confirmed before
+// that reader arrived, so it could miss a write acknowledged in between.
+func TestReadIndexAnswerToAnEarlierProcessIsIgnored(t *testing.T) {
+	l, err := raftlog.Open("raft", nil, raftlog.Options{FS: vfs.NewMem()})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close()) })
+	// No tick fires: the member stays a follower of node 1 throughout.
+	cfg := Config{ID: 2, Peers: []NodeID{1, 2, 3}, TickInterval: time.Hour, ElectionTicks: 10}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+
+	// process starts the member, makes node 1 its leader at term, and
+	// starts a reader; it returns the replica, the context of the ReadIndex
+	// request the reader's round sent, and the reader's result.
+	var term uint64
+	process := func() (*Replica, []byte, chan error) {
+		sent := &sentLog{}
+		r, err := Start(cfg, l, &echoSM{}, sent, slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		require.NoError(t, r.do(ctx, func() error {
+			if term == 0 {
+				term = r.rn.BasicStatus().GetTerm() + 1
+			}
+			r.step(&pb.Message{Type: pb.MsgHeartbeat.Enum(), From: new(uint64(1)), To: new(uint64(2)), Term: new(term)})
+			return nil
+		}))
+		require.NoError(t, r.do(ctx, func() error { return nil })) // the leader is known
+		read := make(chan error, 1)
+		go func() { read <- r.ReadBarrier(ctx) }()
+		var rctx []byte
+		require.Eventually(t, func() bool {
+			sent.mu.Lock()
+			defer sent.mu.Unlock()
+			for _, m := range sent.msgs {
+				if m.GetType() == pb.MsgReadIndex && len(m.GetEntries()) == 1 && string(m.GetEntries()[0].GetData()) != readyProbe {
+					rctx = m.GetEntries()[0].GetData()
+					return true
+				}
+			}
+			return false
+		}, 5*time.Second, time.Millisecond, "the reader's ReadIndex request was never sent")
+		return r, rctx, read
+	}
+	answer := func(r *Replica, rctx []byte) {
+		require.NoError(t, r.Step(ctx, &pb.Message{
+			Type: pb.MsgReadIndexResp.Enum(), From: new(uint64(1)), To: new(uint64(2)), Term: new(term),
+			Index: new(uint64(0)), Entries: []*pb.Entry{{Data: rctx}},
+		}))
+	}
+
+	first, oldCtx, _ := process()
+	first.Stop()
+	<-first.Done()
+
+	second, newCtx, read := process()
+	t.Cleanup(func() { second.Stop(); <-second.Done() })
+	answer(second, oldCtx) // the late answer to the first process
+	select {
+	case err := <-read:
+		t.Fatalf("the reader was released (%v) by the answer to the previous process's request", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	answer(second, newCtx)
+	require.NoError(t, <-read)
 }
