@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -86,7 +87,7 @@ func (g *readIndexGate) Send(msgs []*pb.Message) {
 	out := make([]*pb.Message, 0, len(msgs))
 	g.mu.Lock()
 	for _, m := range msgs {
-		if m.GetType() != pb.MsgReadIndex || len(m.GetEntries()) != 1 || string(m.GetEntries()[0].GetData()) == readyProbe {
+		if m.GetType() != pb.MsgReadIndex || len(m.GetEntries()) != 1 || strings.HasPrefix(string(m.GetEntries()[0].GetData()), readyProbePrefix) {
 			out = append(out, m)
 			continue
 		}
@@ -256,7 +257,7 @@ func TestReadIndexAnswerToAnEarlierProcessIsIgnored(t *testing.T) {
 			sent.mu.Lock()
 			defer sent.mu.Unlock()
 			for _, m := range sent.msgs {
-				if m.GetType() == pb.MsgReadIndex && len(m.GetEntries()) == 1 && string(m.GetEntries()[0].GetData()) != readyProbe {
+				if m.GetType() == pb.MsgReadIndex && len(m.GetEntries()) == 1 && !strings.HasPrefix(string(m.GetEntries()[0].GetData()), readyProbePrefix) {
 					rctx = m.GetEntries()[0].GetData()
 					return true
 				}
@@ -286,4 +287,77 @@ func TestReadIndexAnswerToAnEarlierProcessIsIgnored(t *testing.T) {
 	}
 	answer(second, newCtx)
 	require.NoError(t, <-read)
+}
+
+// TestReadyProbeAnswerToAnEarlierProcessIsIgnored: a member is ready once it
+// applied the commit index its leader had when it found it, learned by a
+// ReadIndex probe. The leader answers to whichever process of the member
+// listens, so the answer to a previous process's probe (a commit index of
+// then) made the new one ready before it had caught up.
+func TestReadyProbeAnswerToAnEarlierProcessIsIgnored(t *testing.T) {
+	l, err := raftlog.Open("raft", nil, raftlog.Options{FS: vfs.NewMem()})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close()) })
+	// A tick fires only once an hour: the probe goes out when the status
+	// is published after the leader is found, and is never resent.
+	cfg := Config{ID: 2, Peers: []NodeID{1, 2, 3}, TickInterval: time.Hour, ElectionTicks: 10}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var term uint64
+	process := func() (*Replica, []byte) {
+		sent := &sentLog{}
+		r, err := Start(cfg, l, &echoSM{}, sent, slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		require.NoError(t, r.do(ctx, func() error {
+			first := term == 0
+			if first {
+				term = r.rn.BasicStatus().GetTerm() + 1
+			}
+			r.step(&pb.Message{Type: pb.MsgHeartbeat.Enum(), From: new(uint64(1)), To: new(uint64(2)), Term: new(term)})
+			if first {
+				// Two entries, committed: each process applies them.
+				r.step(&pb.Message{Type: pb.MsgApp.Enum(), From: new(uint64(1)), To: new(uint64(2)), Term: new(term),
+					LogTerm: new(uint64(0)), Index: new(uint64(0)), Commit: new(uint64(2)),
+					Entries: []*pb.Entry{{Index: new(uint64(1)), Term: new(term)}, {Index: new(uint64(2)), Term: new(term)}}})
+			}
+			return nil
+		}))
+		var probe []byte
+		require.Eventually(t, func() bool {
+			// The probe goes out with the Ready after the status that
+			// sent it: a turn of the loop hands it over.
+			require.NoError(t, r.do(ctx, func() error { return nil }))
+			sent.mu.Lock()
+			defer sent.mu.Unlock()
+			for _, m := range sent.msgs {
+				if m.GetType() == pb.MsgReadIndex && len(m.GetEntries()) == 1 && strings.HasPrefix(string(m.GetEntries()[0].GetData()), readyProbePrefix) {
+					probe = m.GetEntries()[0].GetData()
+					return true
+				}
+			}
+			return false
+		}, 5*time.Second, time.Millisecond, "the readiness probe was never sent")
+		return r, probe
+	}
+	answer := func(r *Replica, probe []byte, index uint64) {
+		require.NoError(t, r.Step(ctx, &pb.Message{
+			Type: pb.MsgReadIndexResp.Enum(), From: new(uint64(1)), To: new(uint64(2)), Term: new(term),
+			Index: new(index), Entries: []*pb.Entry{{Data: probe}},
+		}))
+		require.NoError(t, r.do(ctx, func() error { return nil })) // handled, status published
+	}
+
+	first, oldProbe := process()
+	first.Stop()
+	<-first.Done()
+
+	second, newProbe := process()
+	t.Cleanup(func() { second.Stop(); <-second.Done() })
+	require.Eventually(t, func() bool { return second.Status().Applied == 2 }, 5*time.Second, time.Millisecond)
+	// The late answer to the first process: the commit index of then, 2,
+	// which the second has applied (the leader's may be far ahead by now).
+	answer(second, oldProbe, 2)
+	require.False(t, second.Status().Ready, "ready on the answer to the previous process's probe")
+	answer(second, newProbe, 2)
+	require.True(t, second.Status().Ready)
 }

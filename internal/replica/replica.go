@@ -22,11 +22,14 @@
 package replica
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -262,6 +265,7 @@ type Replica struct {
 	startCommit    uint64
 	readyCommit    uint64 // the leader's commit index, learned by readyProbe; 0 until known
 	readyProbeTick uint64 // tick of the last probe; 0: none in flight
+	readyProbe     string // the probe's ReadIndex context (readyProbePrefix)
 	ready          bool
 	leader         uint64
 	leaderChanges  uint64
@@ -369,6 +373,7 @@ func Start(cfg Config, log LogStore, sm StateMachine, tr Transport, logger *slog
 		confState:   proto.Clone(cs).(*pb.ConfState),
 		lastCompact: compacted,
 		startCommit: hs.GetCommit(),
+		readyProbe:  readyProbePrefix + strconv.FormatUint(rand.Uint64(), 16),
 	}
 	storage.point = func() (uint64, *pb.ConfState) {
 		return r.sm.AppliedIndex(), proto.Clone(r.confState).(*pb.ConfState)
@@ -891,8 +896,10 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 	// Read indexes first: releasing a reader depends only on the applied
 	// index, never on this Ready's writes, so it need not wait for the fsync.
 	for _, rs := range rd.ReadStates {
-		if string(rs.RequestCtx) == readyProbe {
-			r.readyCommit = max(rs.Index, r.startCommit, 1)
+		if bytes.HasPrefix(rs.RequestCtx, []byte(readyProbePrefix)) {
+			if string(rs.RequestCtx) == r.readyProbe {
+				r.readyCommit = max(rs.Index, r.startCommit, 1)
+			}
 			continue
 		}
 		if req, ok := r.reads.indexKnown(rs.RequestCtx, rs.Index); ok {
@@ -1222,7 +1229,7 @@ func (r *Replica) publishStatus() {
 		// an election timeout if the answer was lost.
 		if r.readyCommit == 0 && (r.readyProbeTick == 0 || r.ticks > r.readyProbeTick+uint64(r.cfg.ElectionTicks)) {
 			r.readyProbeTick = max(r.ticks, 1)
-			r.rn.ReadIndex([]byte(readyProbe))
+			r.rn.ReadIndex([]byte(r.readyProbe))
 		}
 		r.ready = r.readyCommit != 0 && s.Applied >= r.readyCommit
 	}
@@ -1232,9 +1239,13 @@ func (r *Replica) publishStatus() {
 	r.status.Store(s)
 }
 
-// readyProbe is the ReadIndex context of the readiness probe; the read
-// batcher's contexts are 8-byte counters, so they never collide with it.
-const readyProbe = "kvd-ready-probe"
+// readyProbePrefix starts the ReadIndex context of the readiness probe,
+// which ends in a number drawn by each process: the leader answers a
+// member's request to whichever of its processes listens when the answer
+// arrives, and an answer to a previous process's probe (a commit index of
+// then) would make this one ready before it caught up. The read batcher's
+// contexts are 8 bytes long, so they never collide with it.
+const readyProbePrefix = "kvd-ready-probe-"
 
 // maxGather bounds gather's hold whatever the disk's fsync time, and
 // maxGatherSkip the holds skipped after one that did not pay.
