@@ -361,3 +361,49 @@ func TestReadyProbeAnswerToAnEarlierProcessIsIgnored(t *testing.T) {
 	answer(second, newProbe, 2)
 	require.True(t, second.Status().Ready)
 }
+
+// TestReadRoundRetriedAtANewTermOfTheSameLeader: a leader re-elected at a
+// higher term answers no ReadIndex request of the earlier term. The rounds
+// in flight were failed only when the leader changed, so with the same
+// leader they waited out ReadRetry (half an election timeout) first.
+func TestReadRoundRetriedAtANewTermOfTheSameLeader(t *testing.T) {
+	l, err := raftlog.Open("raft", nil, raftlog.Options{FS: vfs.NewMem()})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close()) })
+	// No tick fires, and ReadRetry is half an election timeout: hours.
+	cfg := Config{ID: 2, Peers: []NodeID{1, 2, 3}, TickInterval: time.Hour, ElectionTicks: 10}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	sent := &sentLog{}
+	r, err := Start(cfg, l, &echoSM{}, sent, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	t.Cleanup(func() { r.Stop(); <-r.Done() })
+	var term uint64
+	heartbeat := func() {
+		require.NoError(t, r.do(ctx, func() error {
+			r.step(&pb.Message{Type: pb.MsgHeartbeat.Enum(), From: new(uint64(1)), To: new(uint64(2)), Term: new(term)})
+			return nil
+		}))
+	}
+	require.NoError(t, r.do(ctx, func() error { term = r.rn.BasicStatus().GetTerm() + 1; return nil }))
+	heartbeat()
+	rounds := func() int {
+		require.NoError(t, r.do(ctx, func() error { return nil }))
+		sent.mu.Lock()
+		defer sent.mu.Unlock()
+		n := 0
+		for _, m := range sent.msgs {
+			if m.GetType() == pb.MsgReadIndex && len(m.GetEntries()) == 1 && !strings.HasPrefix(string(m.GetEntries()[0].GetData()), readyProbePrefix) {
+				n++
+			}
+		}
+		return n
+	}
+	read := make(chan error, 1)
+	go func() { read <- r.ReadBarrier(ctx) }()
+	require.Eventually(t, func() bool { return rounds() == 1 }, 5*time.Second, time.Millisecond, "the reader's round was never sent")
+	term++ // node 1 again, re-elected
+	heartbeat()
+	require.Eventually(t, func() bool { return rounds() == 2 }, 5*time.Second, time.Millisecond,
+		"the round of the earlier term was not retried at the new one")
+}

@@ -266,6 +266,7 @@ type Replica struct {
 	readyCommit    uint64 // the leader's commit index, learned by readyProbe; 0 until known
 	readyProbeTick uint64 // tick of the last probe; 0: none in flight
 	readyProbe     string // the probe's ReadIndex context (readyProbePrefix)
+	term           uint64 // as of the last Ready's HardState
 	ready          bool
 	leader         uint64
 	leaderChanges  uint64
@@ -373,6 +374,7 @@ func Start(cfg Config, log LogStore, sm StateMachine, tr Transport, logger *slog
 		confState:   proto.Clone(cs).(*pb.ConfState),
 		lastCompact: compacted,
 		startCommit: hs.GetCommit(),
+		term:        hs.GetTerm(),
 		readyProbe:  readyProbePrefix + strconv.FormatUint(rand.Uint64(), 16),
 	}
 	storage.point = func() (uint64, *pb.ConfState) {
@@ -892,6 +894,13 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 			// clients wait out their timeout.
 			r.waits.failAll(ErrUnknownOutcome)
 		}
+	}
+	if t := rd.HardState.GetTerm(); t > r.term {
+		// The same leader re-elected (this member did not vote, say): it
+		// answers no request of an earlier term, so the rounds in flight
+		// would wait out ReadRetry. A leader change fails them above.
+		r.term = t
+		r.reads.failInflight(errReadRetry)
 	}
 	// Read indexes first: releasing a reader depends only on the applied
 	// index, never on this Ready's writes, so it need not wait for the fsync.
