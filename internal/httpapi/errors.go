@@ -15,7 +15,8 @@ type Error struct {
 	// Code is a stable machine-readable class: bad_request, bad_key,
 	// bad_flags, bad_ttl, bad_limit, bad_consistency, bad_precondition,
 	// not_found, method_not_allowed, precondition_failed, cas_mismatch,
-	// too_large, not_ready, no_leader, timeout, unknown_outcome, busy,
+	// too_large, unsupported_media_type (415: a PUT with a content
+	// coding), not_ready, no_leader, timeout, unknown_outcome, busy,
 	// no_space, shutting_down, internal; on the cluster endpoints also
 	// bad_json, unsupported_media_type (415), cross_site (403),
 	// not_implemented, member_exists, last_voter, quorum_at_risk, removed,

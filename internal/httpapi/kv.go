@@ -23,8 +23,9 @@ import (
 //	       --read-consistency lease: a query picks linearizable or local,
 //	       not whether the lease is used.
 //	       200 value as the body; ETag "<cas>", X-Kvd-Flags, X-Kvd-Expires
-//	       (absolute Unix seconds, absent if never); 304 on If-None-Match
-//	       matching the ETag; 404 missing.
+//	       (absolute Unix seconds, absent if never); 412 on If-Match
+//	       matching no tag (strong comparison; * any); else 304 on
+//	       If-None-Match matching the ETag; 404 missing.
 //	PUT    /v1/kv/{key}[?flags=N][&ttl=N]    body = value
 //	       flags (uint32) and ttl (memcached exptime: 0 never, up to 30 days
 //	       relative seconds, larger an absolute Unix time, negative already
@@ -32,16 +33,20 @@ import (
 //	       If-Match: "<cas>" stores only if the item's CAS is that (cas);
 //	       If-Match: * only if it exists (replace); If-None-Match: * only if
 //	       it does not (add). 204 stored; 412 precondition failed; a
-//	       Content-Range (partial PUT) is a 400.
+//	       Content-Range (partial PUT) is a 400, a Content-Encoding other
+//	       than identity a 415.
 //	DELETE /v1/kv/{key}   204 deleted; 404 missing.
 //	GET    /v1/kv?prefix=P&after=K&limit=N[&consistency=…]
 //	       keys in byte order with their metadata (not values), JSON.
 //
-// Keys are percent-decoded and obey memcached's rules: 1 to 250 bytes, no
-// control characters or spaces (after, a position in the listing, takes
-// any bytes up to 250: it may be a key the memcache port stored). Unknown
-// or repeated query parameters are errors, so a typo never silently falls
-// back to a default.
+// Keys are percent-decoded, 1 to 250 bytes. A key PUT creates obeys
+// memcached's documented rule: no control characters or spaces. GET, HEAD,
+// DELETE and a listing's prefix take any key the memcache port can store,
+// which, like memcached, splits a line on spaces only: every byte but a
+// space or a newline, so that every key a listing shows can be read and
+// deleted (after, a position in the listing, takes any bytes up to 250).
+// Unknown or repeated query parameters are errors, so a typo never silently
+// falls back to a default.
 const (
 	kvPrefix = "/v1/kv/"
 
@@ -101,7 +106,7 @@ func (a *api) ready() error {
 }
 
 func (a *api) getKey(w http.ResponseWriter, r *http.Request, rawKey string) string {
-	key, e := parseKey(rawKey)
+	key, e := parseKey(rawKey, keyToReach)
 	if e != nil {
 		return reject(w, e)
 	}
@@ -113,7 +118,14 @@ func (a *api) getKey(w http.ResponseWriter, r *http.Request, rawKey string) stri
 	if e != nil {
 		return reject(w, e)
 	}
-	var inm []etag
+	// RFC 9110 13.1.1: If-Match is evaluated before any method, reads
+	// included, with the strong comparison (a weak tag is refused, as on PUT).
+	var im, inm []etag
+	if v := r.Header.Values("If-Match"); len(v) > 0 {
+		if im, e = parseETags(v, false); e != nil {
+			return reject(w, e)
+		}
+	}
 	if v := r.Header.Values("If-None-Match"); len(v) > 0 {
 		if inm, e = parseETags(v, true); e != nil {
 			return reject(w, e)
@@ -142,11 +154,14 @@ func (a *api) getKey(w http.ResponseWriter, r *http.Request, rawKey string) stri
 		h.Set(HeaderExpires, strconv.FormatInt(it.ExpirySec(), 10))
 	}
 	h.Set("Cache-Control", "no-cache")
-	for _, t := range inm {
-		if t.any || t.cas == it.CAS {
-			w.WriteHeader(http.StatusNotModified)
-			return "not_modified"
-		}
+	// RFC 9110 13.2.2: If-Match first, then If-None-Match.
+	if len(im) > 0 && !matchETag(im, it.CAS) {
+		writeError(w, http.StatusPreconditionFailed, "precondition_failed", "the item's ETag matches no If-Match tag")
+		return "precondition_failed"
+	}
+	if matchETag(inm, it.CAS) {
+		w.WriteHeader(http.StatusNotModified)
+		return "not_modified"
 	}
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -159,7 +174,7 @@ func (a *api) getKey(w http.ResponseWriter, r *http.Request, rawKey string) stri
 }
 
 func (a *api) putKey(w http.ResponseWriter, r *http.Request, rawKey string) string {
-	key, e := parseKey(rawKey)
+	key, e := parseKey(rawKey, keyToStore)
 	if e != nil {
 		return reject(w, e)
 	}
@@ -194,6 +209,17 @@ func (a *api) putKey(w http.ResponseWriter, r *http.Request, rawKey string) stri
 		// RFC 9110: the body is likely a part, which would replace the
 		// whole value.
 		return reject(w, badRequest("bad_request", "Content-Range: partial PUT is not supported; send the whole value"))
+	}
+	for _, ce := range r.Header.Values("Content-Encoding") {
+		for part := range strings.SplitSeq(ce, ",") {
+			if p := strings.TrimSpace(part); p != "" && !strings.EqualFold(p, "identity") {
+				// kvd decodes no content coding: the encoded bytes stored as
+				// the value would read back as other bytes than the client
+				// meant (RFC 9110 8.4).
+				return reject(w, &inputError{http.StatusUnsupportedMediaType, "unsupported_media_type",
+					fmt.Sprintf("Content-Encoding %q: send the value uncoded", p)})
+			}
+		}
 	}
 	if e := writeCondition(r.Header, c); e != nil {
 		return reject(w, e)
@@ -231,7 +257,7 @@ func (a *api) putKey(w http.ResponseWriter, r *http.Request, rawKey string) stri
 }
 
 func (a *api) deleteKey(w http.ResponseWriter, r *http.Request, rawKey string) string {
-	key, e := parseKey(rawKey)
+	key, e := parseKey(rawKey, keyToReach)
 	if e != nil {
 		return reject(w, e)
 	}
@@ -294,7 +320,7 @@ func (a *api) listKeys(w http.ResponseWriter, r *http.Request) string {
 		return reject(w, e)
 	}
 	prefix, after := q.Get("prefix"), q.Get("after")
-	if e := checkKeyBytes("prefix", prefix); e != nil {
+	if e := checkKeyBytes("prefix", prefix, keyToReach); e != nil {
 		return reject(w, e)
 	}
 	// after is a position in key order, not a key to store: any bytes will
@@ -359,8 +385,23 @@ func (a *api) maxItemSize() int {
 	return 1 << 20
 }
 
-// parseKey percent-decodes a key from the path and checks memcached's rules.
-func parseKey(raw string) ([]byte, *inputError) {
+// keyRule is which bytes a key may hold.
+type keyRule uint8
+
+const (
+	// keyToStore is memcached's documented rule, for keys HTTP creates: no
+	// control characters or spaces.
+	keyToStore keyRule = iota
+	// keyToReach admits every key the memcache port can store: it splits a
+	// line on spaces only and a line ends at '\n', so any other byte may be
+	// in a key. Reads and deletes take these, else a key a memcache client
+	// wrote with a control byte would be listed yet neither readable nor
+	// deletable over HTTP.
+	keyToReach
+)
+
+// parseKey percent-decodes a key from the path and checks it by rule.
+func parseKey(raw string, rule keyRule) ([]byte, *inputError) {
 	key, err := url.PathUnescape(raw)
 	if err != nil {
 		return nil, badRequest("bad_key", "key: bad percent-encoding")
@@ -368,20 +409,24 @@ func parseKey(raw string) ([]byte, *inputError) {
 	if key == "" {
 		return nil, badRequest("bad_key", "key: must not be empty")
 	}
-	if e := checkKeyBytes("key", key); e != nil {
+	if e := checkKeyBytes("key", key, rule); e != nil {
 		return nil, e
 	}
 	return []byte(key), nil
 }
 
-// checkKeyBytes applies memcached's key rules (empty allowed: the caller
-// decides whether it may be).
-func checkKeyBytes(what, k string) *inputError {
+// checkKeyBytes applies the key length limit and rule (empty allowed: the
+// caller decides whether it may be).
+func checkKeyBytes(what, k string, rule keyRule) *inputError {
 	if len(k) > command.MaxKeyLen {
 		return badRequest("bad_key", "%s: %d bytes exceeds the limit of %d", what, len(k), command.MaxKeyLen)
 	}
 	for i := 0; i < len(k); i++ {
-		if c := k[i]; c <= ' ' || c == 0x7f {
+		c := k[i]
+		if rule == keyToReach && c != ' ' && c != '\n' {
+			continue
+		}
+		if c <= ' ' || c == 0x7f {
 			return badRequest("bad_key", "%s: control characters and spaces are not allowed (byte %d is 0x%02x)", what, i, c)
 		}
 	}
@@ -485,6 +530,16 @@ func writeCondition(h http.Header, c *command.Command) *inputError {
 type etag struct {
 	any bool // *
 	cas uint64
+}
+
+// matchETag reports whether any of tags matches the item whose CAS is cas.
+func matchETag(tags []etag, cas uint64) bool {
+	for _, t := range tags {
+		if t.any || t.cas == cas {
+			return true
+		}
+	}
+	return false
 }
 
 func formatETag(cas uint64) string { return `"` + strconv.FormatUint(cas, 10) + `"` }

@@ -12,7 +12,7 @@ import (
 )
 
 // The memcache port splits keys on spaces only, as memcached does, so a key
-// may hold other control bytes the HTTP API refuses in a key path. A page of
+// may hold other control bytes the HTTP API refuses in a PUT's key. A page of
 // the listing that ends on such a key must still lead to the next one: the
 // next link kvd itself returns is never refused.
 func TestListNextPastKeysWithControlBytes(t *testing.T) {
