@@ -87,6 +87,7 @@ func TestUnavailable(t *testing.T) {
 		r := c.get("/readyz")
 		require.Equal(t, http.StatusServiceUnavailable, r.status)
 		require.Contains(t, string(r.body), `"ready":false`)
+		require.Equal(t, "1", r.header.Get("Retry-After"), "like every other 503")
 		require.Equal(t, http.StatusOK, c.get("/healthz").status, "alive even when not ready")
 		expect503(c.put("/v1/kv/k", "v2"), "not_ready")
 		expect503(c.do(http.MethodDelete, "/v1/kv/k", nil), "not_ready")

@@ -249,6 +249,7 @@ func (a *api) readyz(w http.ResponseWriter, _ *http.Request) {
 	body := map[string]any{"ready": st.Ready, "leader": st.Leader != 0, "applied": st.Applied, "commit": st.Commit}
 	if !st.Ready {
 		body["reason"] = kv.ErrNotReady.Error()
+		w.Header().Set("Retry-After", "1") // as on every other 503
 		writeJSON(w, http.StatusServiceUnavailable, body)
 		return
 	}
