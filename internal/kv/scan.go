@@ -3,6 +3,7 @@ package kv
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/kvd-project/kvd/internal/fsm"
 	"github.com/kvd-project/kvd/internal/replica"
@@ -11,7 +12,10 @@ import (
 // Scanner is the state machine's ordered listing (fsm.FSM implements it). It
 // is separate from Store so stores without ordered keys stay valid Stores.
 type Scanner interface {
-	Scan(prefix, after []byte, limit int, nowNs int64) ([]fsm.ScanItem, error)
+	// ScanPage examines a bounded number of items after after and returns
+	// the visible ones (up to limit) and next, where to resume (nil at the
+	// end of the range); see fsm.FSM.ScanPage.
+	ScanPage(prefix, after []byte, limit int, nowNs int64) (items []fsm.ScanItem, next []byte, err error)
 }
 
 // ErrListUnsupported is returned by List when the store cannot list keys.
@@ -20,8 +24,14 @@ var ErrListUnsupported = errors.New("this store cannot list keys")
 // List returns, in key order, up to limit items whose key starts with prefix
 // and sorts after after, as of now. At Linearizable it takes a read barrier
 // first, so the listing reflects every write acknowledged before the call.
-// A listing is one consistent snapshot of this node's state; pages fetched
-// with successive after values are each consistent, not the whole walk.
+//
+// It follows ListPage's cursor until it has limit items or reaches the end
+// of the range, so its work is not bounded by limit (hidden items between
+// visible ones cost a step each); it stops with ctx's error once ctx ends.
+// Each step reads one consistent snapshot of this node's state and holds
+// the store's lock for that step only; a listing of several steps may
+// combine snapshots (each after the barrier, so every item is still as new
+// as a linearizable read).
 func (s *Service) List(ctx context.Context, level Consistency, prefix, after []byte, limit int) ([]fsm.ScanItem, error) {
 	sc, ok := s.store.(Scanner)
 	if !ok {
@@ -30,7 +40,24 @@ func (s *Service) List(ctx context.Context, level Consistency, prefix, after []b
 	if err := s.Barrier(ctx, level); err != nil {
 		return nil, err
 	}
-	return sc.Scan(prefix, after, limit, s.now().UnixNano())
+	limit = min(limit, fsm.MaxScanLimit)
+	nowNs := s.now().UnixNano() // one clock for the whole listing
+	var out []fsm.ScanItem
+	for len(out) < limit {
+		items, next, err := sc.ScanPage(prefix, after, limit-len(out), nowNs)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, items...)
+		if next == nil || len(out) >= limit {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("list %q after %q: %w", prefix, next, err)
+		}
+		after = next
+	}
+	return out, nil
 }
 
 // More of the vocabulary the HTTP listener needs, re-exported like Result and
