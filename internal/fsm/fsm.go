@@ -156,7 +156,7 @@ type FSM struct {
 	clusterVersion atomic.Uint64
 	// members caches the member table: read on every cluster view and peer
 	// check, written only by membership entries and snapshot installs.
-	members atomic.Pointer[[]Member]
+	members atomic.Pointer[memberTable]
 
 	cache *itemCache
 	keys  *keyFilter
@@ -222,7 +222,7 @@ func Open(dir string, logger *slog.Logger, opts Options) (*FSM, error) {
 		cache: newItemCache(max(opts.ItemCacheBytes, 0)), keys: newKeyFilter(logger),
 		inBatch: make(map[string]struct{})}
 	f.setMeta(meta)
-	if err := f.loadMembers(); err != nil {
+	if err := f.loadMembers(meta.applied); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open state store %s: %w", dir, err)
 	}
@@ -622,7 +622,7 @@ func (f *FSM) Apply(ents []Entry) ([]Result, error) {
 	// The member table is state like the items: published before the
 	// applied index, so that a reader who sees the index sees the table.
 	if st.membersChanged {
-		if err := f.loadMembers(); err != nil {
+		if err := f.loadMembers(applied); err != nil {
 			return nil, fmt.Errorf("apply: %w", err)
 		}
 	}

@@ -97,23 +97,42 @@ func (f *FSM) applyMemberAttrs(b *pebble.Batch, a *command.MemberAttrs) (Result,
 	return Result{Status: StatusStored}, nil
 }
 
-// Members returns the member table in ID order (a copy: callers may keep it).
-func (f *FSM) Members() []Member {
-	if p := f.members.Load(); p != nil {
-		return append([]Member(nil), *p...)
-	}
-	return nil
+// memberTable is the cached member table and the applied index it is the
+// table of, published together: raft's configuration reaches Status only
+// after the Ready that applied a change, and a reader pairing the two needs
+// to know which one is older (MembersAt).
+type memberTable struct {
+	rows []Member
+	at   uint64
 }
 
-// loadMembers reads the member table from the store into the cache. Callers
-// own f.db for the duration: Open, Apply (the Ready loop) and
-// InstallSnapshot (under the write lock).
-func (f *FSM) loadMembers() error {
+// Members returns the member table in ID order (a copy: callers may keep it).
+func (f *FSM) Members() []Member {
+	rows, _ := f.MembersAt()
+	return rows
+}
+
+// MembersAt returns the member table in ID order (a copy) and the applied
+// index it is current as of: every entry up to that index is reflected in
+// it. A caller pairing it with raft's configuration (replica Status) must
+// see a Status applied at least that far, or a member the table lists may
+// be missing from the configuration it reads.
+func (f *FSM) MembersAt() ([]Member, uint64) {
+	if p := f.members.Load(); p != nil {
+		return append([]Member(nil), p.rows...), p.at
+	}
+	return nil, 0
+}
+
+// loadMembers reads the member table from the store into the cache, as of
+// applied index at. Callers own f.db for the duration: Open, Apply (the
+// Ready loop) and InstallSnapshot (under the write lock).
+func (f *FSM) loadMembers(at uint64) error {
 	out, err := readMembers(f.db)
 	if err != nil {
 		return err
 	}
-	f.members.Store(&out)
+	f.members.Store(&memberTable{rows: out, at: at})
 	return nil
 }
 

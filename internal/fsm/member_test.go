@@ -26,11 +26,16 @@ func TestMemberTable(t *testing.T) {
 	require.NoError(t, err)
 	want := []Member{{ID: 1, Name: "n1", HTTPAddr: "h1:80"}, {ID: 2, Name: "n2", PeerAddr: "h2:90"}}
 	require.Equal(t, want, f.Members())
+	rows, at := f.MembersAt()
+	require.Equal(t, want, rows)
+	require.Equal(t, uint64(5), at, "the table is published with the index it is current as of")
 	require.NoError(t, f.Close())
 
 	f = openTest(t, dir)
 	defer f.Close()
 	require.Equal(t, want, f.Members())
+	_, at = f.MembersAt()
+	require.Equal(t, uint64(5), at)
 }
 
 // Members is part of the state at the applied index: once AppliedIndex

@@ -324,7 +324,7 @@ func (f *FSM) InstallSnapshot(src string, minApplied uint64) error {
 	f.db = db
 	f.setMeta(meta)
 	f.keys.rebuild(db, int64(meta.items), false)
-	if err := f.loadMembers(); err != nil {
+	if err := f.loadMembers(meta.applied); err != nil {
 		return fmt.Errorf("install snapshot: %w", err)
 	}
 	if err := fs.RemoveAll(replaced); err != nil {

@@ -50,13 +50,16 @@ func (n *Node) raiseClusterVersion(ctx context.Context) {
 	// The member table before the configuration: a member raft lists
 	// whose row this read missed has no address yet and holds the version;
 	// the other order could miss a member raft lists after the row read.
-	table := n.state.Members()
+	table, tableAt := n.state.MembersAt()
 	st := n.rep.Status()
 	cur := n.state.ClusterVersion()
 	if st.Role != "leader" || !st.Ready || cur >= command.ClusterVersionMax {
 		return
 	}
-	addrs := versionAddrs(st, table)
+	addrs, ok := versionAddrs(st, table, tableAt)
+	if !ok {
+		return // the configuration is not published yet: next check
+	}
 	target, why := clusterVersionTarget(cur, addrs, func(id replica.NodeID, addr string) (uint64, error) {
 		return askMaxClusterVersion(ctx, id, addr)
 	})
@@ -86,8 +89,16 @@ func (n *Node) raiseClusterVersion(ctx context.Context) {
 }
 
 // versionAddrs are the HTTP addresses, from the replicated member table,
-// of every member raft lists but this one ("" when its row has none).
-func versionAddrs(st replica.Status, table []fsm.Member) map[replica.NodeID]string {
+// of every member raft lists but this one ("" when its row has none); false
+// when st is older than the table (applied at tableAt). The table is
+// published inside apply, raft's configuration only once the Ready is
+// handled: a member added by a change the table already holds may be
+// missing from st, and would never be asked, though the raise carries the
+// fingerprint of a table that holds it.
+func versionAddrs(st replica.Status, table []fsm.Member, tableAt uint64) (map[replica.NodeID]string, bool) {
+	if st.Applied < tableAt {
+		return nil, false
+	}
 	rows := make(map[uint64]string, len(table))
 	for _, m := range table {
 		rows[m.ID] = m.HTTPAddr
@@ -98,7 +109,7 @@ func versionAddrs(st replica.Status, table []fsm.Member) map[replica.NodeID]stri
 			addrs[id] = rows[uint64(id)]
 		}
 	}
-	return addrs
+	return addrs, true
 }
 
 // clusterVersionTarget is the version the cluster may move to: the lowest

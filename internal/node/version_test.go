@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvd-project/kvd/internal/command"
+	"github.com/kvd-project/kvd/internal/fsm"
 	"github.com/kvd-project/kvd/internal/httpapi"
 	"github.com/kvd-project/kvd/internal/kv"
 	"github.com/kvd-project/kvd/internal/replica"
@@ -122,4 +123,35 @@ func TestClusterReachesThisVersion(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusConflict, resp.StatusCode)
+}
+
+// TestVersionAddrsWaitForTheConfiguration: the member table is published
+// inside apply, raft's configuration (Status) only after the Ready is
+// handled. A table read that already holds a member added by a conf change
+// the status does not list yet must not be asked from the status alone:
+// the member would never be asked, yet the raise carries the fingerprint
+// of a table that holds it, and apply would accept it.
+func TestVersionAddrsWaitForTheConfiguration(t *testing.T) {
+	table := []fsm.Member{{ID: 1, Name: "n1", HTTPAddr: "h:1"}, {ID: 2, Name: "n2", HTTPAddr: "h:2"}, {ID: 3, Name: "n3", PeerAddr: "h:93"}}
+	for _, tc := range []struct {
+		name    string
+		applied uint64
+		ok      bool
+	}{
+		{"status older than the table", 9, false},
+		{"status as of the table", 10, true},
+		{"status newer than the table", 11, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := replica.Status{ID: 1, Applied: tc.applied, Voters: []replica.NodeID{1, 2}}
+			if tc.applied >= 10 {
+				st.Learners = []replica.NodeID{3} // added at 10
+			}
+			addrs, ok := versionAddrs(st, table, 10)
+			require.Equal(t, tc.ok, ok)
+			if ok {
+				require.Contains(t, addrs, replica.NodeID(3), "the member added is asked (and holds: no address yet)")
+			}
+		})
+	}
 }
