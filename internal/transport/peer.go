@@ -123,6 +123,10 @@ func (p *peer) run() {
 			if w.conn == nil && (backoff == 0 || time.Since(lastFail) >= backoff) {
 				if err := w.connect(); err != nil {
 					if p.ctx.Err() != nil {
+						// What was queued during the dial is dropped
+						// as on every other way out: a MsgSnap must be
+						// reported failed.
+						p.dropQueued()
 						return
 					}
 					backoff = nextBackoff(backoff, p.t.cfg.MaxBackoff)
@@ -154,6 +158,7 @@ func (p *peer) run() {
 			}
 			clear(batch)
 			if p.ctx.Err() != nil {
+				p.dropQueued() // as on every other way out
 				return
 			}
 			fail()

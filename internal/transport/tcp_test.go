@@ -567,3 +567,47 @@ func TestTCPProbeDialsWithoutMessages(t *testing.T) {
 		t.Fatalf("a probe delivered %d messages", n)
 	}
 }
+
+// TestTCPProbeDialEndedByAddressChange: a peer whose address changes while
+// its writer is in a probe's dial drops what was queued meanwhile as a
+// writer ended any other way does, so a MsgSnap among it is reported
+// failed; unreported, raft would hold the member in StateSnapshot for good.
+func TestTCPProbeDialEndedByAddressChange(t *testing.T) {
+	checkNoLeak(t)
+	// Accepts and never answers the handshake: the probe's dial waits.
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	defer func() {
+		for len(accepted) > 0 {
+			(<-accepted).Close()
+		}
+	}()
+	rec1 := newRecorder()
+	t2 := newTCP(t, fastConfig(7, 2, nil), newRecorder(), nil)
+	cfg1 := fastConfig(7, 1, map[uint64]string{2: silent.Addr().String()})
+	cfg1.DialTimeout = time.Minute
+	t1 := newTCP(t, cfg1, rec1, nil)
+	t1.Probe()
+	select {
+	case c := <-accepted:
+		defer c.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the probe did not dial")
+	}
+	t1.Send([]*pb.Message{msg(pb.MsgSnap, 1, 2, 1)}) // queued behind the dial
+	t1.AddPeer(2, t2.Addr())
+	waitFor(t, "the queued snapshot reported failed", func() bool { return rec1.hasSnap(snapReport{2, true}) })
+}
