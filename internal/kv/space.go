@@ -100,10 +100,11 @@ func (g *SpaceGuard) Free() uint64 { return g.avail.Load() }
 // operator makes room. A member's addresses are a row of a few hundred bytes
 // a node publishes when it starts or moves: refusing them on a low disk
 // would leave peers dialling its old address, so that it could not even
-// receive the deletes that free space.
+// receive the deletes that free space. A cluster version raise is a few
+// bytes too, retried by the leader every half second while refused.
 func passesLowDisk(op command.Op) bool {
 	switch op {
-	case command.OpDelete, command.OpFlush, command.OpExpire, command.OpMember:
+	case command.OpDelete, command.OpFlush, command.OpExpire, command.OpMember, command.OpClusterVersion:
 		return true
 	}
 	return false

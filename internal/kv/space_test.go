@@ -65,7 +65,7 @@ func TestSpaceGuard(t *testing.T) {
 // adds or rewrites an item does not.
 func TestPassesLowDisk(t *testing.T) {
 	for op, want := range map[command.Op]bool{
-		command.OpDelete: true, command.OpFlush: true, command.OpExpire: true, command.OpMember: true,
+		command.OpDelete: true, command.OpFlush: true, command.OpExpire: true, command.OpMember: true, command.OpClusterVersion: true,
 		command.OpSet: false, command.OpAdd: false, command.OpReplace: false, command.OpAppend: false,
 		command.OpPrepend: false, command.OpCAS: false, command.OpIncr: false, command.OpDecr: false,
 		command.OpTouch: false, command.OpGAT: false,
