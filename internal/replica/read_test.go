@@ -217,6 +217,99 @@ func TestLostReadRoundIsRetried(t *testing.T) {
 	require.GreaterOrEqual(t, gate.count(), 2, "ReadIndex requests: the lost one and its retry")
 }
 
+// soloFollower is member 2 of {1, 2, 3} on log l, whose messages are
+// recorded, with no tick firing (a tick an hour): it stays a follower of
+// whichever leader the test makes it hear, and sends nothing of its own
+// accord. term is that leader's term, 0 until hearLeader picks one.
+type soloFollower struct {
+	t    *testing.T
+	ctx  context.Context
+	r    *Replica
+	sent *sentLog
+	term *uint64
+}
+
+func startSoloFollower(t *testing.T, ctx context.Context, l *raftlog.Log, term *uint64) *soloFollower {
+	t.Helper()
+	sent := &sentLog{}
+	cfg := Config{ID: 2, Peers: []NodeID{1, 2, 3}, TickInterval: time.Hour, ElectionTicks: 10}
+	r, err := Start(cfg, l, &echoSM{}, sent, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	return &soloFollower{t: t, ctx: ctx, r: r, sent: sent, term: term}
+}
+
+func memLog(t *testing.T) *raftlog.Log {
+	t.Helper()
+	l, err := raftlog.Open("raft", nil, raftlog.Options{FS: vfs.NewMem()})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close()) })
+	return l
+}
+
+// hearLeader steps a heartbeat of node 1 at *f.term (picking the term after
+// the member's own when it is 0), and extra messages of node 1 after it.
+func (f *soloFollower) hearLeader(extra ...*pb.Message) {
+	f.t.Helper()
+	require.NoError(f.t, f.r.do(f.ctx, func() error {
+		if *f.term == 0 {
+			*f.term = f.r.rn.BasicStatus().GetTerm() + 1
+		}
+		f.r.step(&pb.Message{Type: pb.MsgHeartbeat.Enum(), From: new(uint64(1)), To: new(uint64(2)), Term: new(*f.term)})
+		for _, m := range extra {
+			m.Term = new(*f.term)
+			f.r.step(m)
+		}
+		return nil
+	}))
+}
+
+// readIndexSent lists the contexts of the ReadIndex requests sent so far:
+// the readiness probe's (probe) or the readers'. A turn of the loop first
+// hands over what the last status published asked for.
+func (f *soloFollower) readIndexSent(probe bool) [][]byte {
+	f.t.Helper()
+	require.NoError(f.t, f.r.do(f.ctx, func() error { return nil }))
+	f.sent.mu.Lock()
+	defer f.sent.mu.Unlock()
+	var out [][]byte
+	for _, m := range f.sent.msgs {
+		if m.GetType() == pb.MsgReadIndex && len(m.GetEntries()) == 1 &&
+			strings.HasPrefix(string(m.GetEntries()[0].GetData()), readyProbePrefix) == probe {
+			out = append(out, m.GetEntries()[0].GetData())
+		}
+	}
+	return out
+}
+
+// firstReadIndex waits for the first ReadIndex request of the kind.
+func (f *soloFollower) firstReadIndex(probe bool) []byte {
+	f.t.Helper()
+	var ctx []byte
+	require.Eventually(f.t, func() bool {
+		if sent := f.readIndexSent(probe); len(sent) > 0 {
+			ctx = sent[0]
+			return true
+		}
+		return false
+	}, 5*time.Second, time.Millisecond, "no ReadIndex request (probe %v) was sent", probe)
+	return ctx
+}
+
+// answer steps node 1's answer to the ReadIndex request rctx, at index.
+func (f *soloFollower) answer(rctx []byte, index uint64) {
+	f.t.Helper()
+	require.NoError(f.t, f.r.Step(f.ctx, &pb.Message{
+		Type: pb.MsgReadIndexResp.Enum(), From: new(uint64(1)), To: new(uint64(2)), Term: new(*f.term),
+		Index: new(index), Entries: []*pb.Entry{{Data: rctx}},
+	}))
+	require.NoError(f.t, f.r.do(f.ctx, func() error { return nil })) // handled, status published
+}
+
+func (f *soloFollower) stop() {
+	f.r.Stop()
+	<-f.r.Done()
+}
+
 // TestReadIndexAnswerToAnEarlierProcessIsIgnored: a member's ReadIndex
 // contexts must not repeat across its restarts. The leader answers a
 // follower's request to whichever process of it is listening when the
@@ -226,66 +319,32 @@ func TestLostReadRoundIsRetried(t *testing.T) {
 // new process's first reader at an index the leader had confirmed before
 // that reader arrived, so it could miss a write acknowledged in between.
 func TestReadIndexAnswerToAnEarlierProcessIsIgnored(t *testing.T) {
-	l, err := raftlog.Open("raft", nil, raftlog.Options{FS: vfs.NewMem()})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, l.Close()) })
-	// No tick fires: the member stays a follower of node 1 throughout.
-	cfg := Config{ID: 2, Peers: []NodeID{1, 2, 3}, TickInterval: time.Hour, ElectionTicks: 10}
+	l := memLog(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-
-	// process starts the member, makes node 1 its leader at term, and
-	// starts a reader; it returns the replica, the context of the ReadIndex
-	// request the reader's round sent, and the reader's result.
 	var term uint64
-	process := func() (*Replica, []byte, chan error) {
-		sent := &sentLog{}
-		r, err := Start(cfg, l, &echoSM{}, sent, slog.New(slog.DiscardHandler))
-		require.NoError(t, err)
-		require.NoError(t, r.do(ctx, func() error {
-			if term == 0 {
-				term = r.rn.BasicStatus().GetTerm() + 1
-			}
-			r.step(&pb.Message{Type: pb.MsgHeartbeat.Enum(), From: new(uint64(1)), To: new(uint64(2)), Term: new(term)})
-			return nil
-		}))
-		require.NoError(t, r.do(ctx, func() error { return nil })) // the leader is known
+	// process starts the member, makes node 1 its leader and starts a
+	// reader; it returns the member, the context of the ReadIndex request
+	// the reader's round sent, and the reader's result.
+	process := func() (*soloFollower, []byte, chan error) {
+		f := startSoloFollower(t, ctx, l, &term)
+		f.hearLeader()
 		read := make(chan error, 1)
-		go func() { read <- r.ReadBarrier(ctx) }()
-		var rctx []byte
-		require.Eventually(t, func() bool {
-			sent.mu.Lock()
-			defer sent.mu.Unlock()
-			for _, m := range sent.msgs {
-				if m.GetType() == pb.MsgReadIndex && len(m.GetEntries()) == 1 && !strings.HasPrefix(string(m.GetEntries()[0].GetData()), readyProbePrefix) {
-					rctx = m.GetEntries()[0].GetData()
-					return true
-				}
-			}
-			return false
-		}, 5*time.Second, time.Millisecond, "the reader's ReadIndex request was never sent")
-		return r, rctx, read
+		go func() { read <- f.r.ReadBarrier(ctx) }()
+		return f, f.firstReadIndex(false), read
 	}
-	answer := func(r *Replica, rctx []byte) {
-		require.NoError(t, r.Step(ctx, &pb.Message{
-			Type: pb.MsgReadIndexResp.Enum(), From: new(uint64(1)), To: new(uint64(2)), Term: new(term),
-			Index: new(uint64(0)), Entries: []*pb.Entry{{Data: rctx}},
-		}))
-	}
-
 	first, oldCtx, _ := process()
-	first.Stop()
-	<-first.Done()
+	first.stop()
 
 	second, newCtx, read := process()
-	t.Cleanup(func() { second.Stop(); <-second.Done() })
-	answer(second, oldCtx) // the late answer to the first process
+	t.Cleanup(second.stop)
+	second.answer(oldCtx, 0) // the late answer to the first process
 	select {
 	case err := <-read:
 		t.Fatalf("the reader was released (%v) by the answer to the previous process's request", err)
 	case <-time.After(200 * time.Millisecond):
 	}
-	answer(second, newCtx)
+	second.answer(newCtx, 0)
 	require.NoError(t, <-read)
 }
 
@@ -295,115 +354,48 @@ func TestReadIndexAnswerToAnEarlierProcessIsIgnored(t *testing.T) {
 // listens, so the answer to a previous process's probe (a commit index of
 // then) made the new one ready before it had caught up.
 func TestReadyProbeAnswerToAnEarlierProcessIsIgnored(t *testing.T) {
-	l, err := raftlog.Open("raft", nil, raftlog.Options{FS: vfs.NewMem()})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, l.Close()) })
-	// A tick fires only once an hour: the probe goes out when the status
-	// is published after the leader is found, and is never resent.
-	cfg := Config{ID: 2, Peers: []NodeID{1, 2, 3}, TickInterval: time.Hour, ElectionTicks: 10}
+	l := memLog(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	var term uint64
-	process := func() (*Replica, []byte) {
-		sent := &sentLog{}
-		r, err := Start(cfg, l, &echoSM{}, sent, slog.New(slog.DiscardHandler))
-		require.NoError(t, err)
-		require.NoError(t, r.do(ctx, func() error {
-			first := term == 0
-			if first {
-				term = r.rn.BasicStatus().GetTerm() + 1
-			}
-			r.step(&pb.Message{Type: pb.MsgHeartbeat.Enum(), From: new(uint64(1)), To: new(uint64(2)), Term: new(term)})
-			if first {
-				// Two entries, committed: each process applies them.
-				r.step(&pb.Message{Type: pb.MsgApp.Enum(), From: new(uint64(1)), To: new(uint64(2)), Term: new(term),
-					LogTerm: new(uint64(0)), Index: new(uint64(0)), Commit: new(uint64(2)),
-					Entries: []*pb.Entry{{Index: new(uint64(1)), Term: new(term)}, {Index: new(uint64(2)), Term: new(term)}}})
-			}
-			return nil
-		}))
-		var probe []byte
-		require.Eventually(t, func() bool {
-			// The probe goes out with the Ready after the status that
-			// sent it: a turn of the loop hands it over.
-			require.NoError(t, r.do(ctx, func() error { return nil }))
-			sent.mu.Lock()
-			defer sent.mu.Unlock()
-			for _, m := range sent.msgs {
-				if m.GetType() == pb.MsgReadIndex && len(m.GetEntries()) == 1 && strings.HasPrefix(string(m.GetEntries()[0].GetData()), readyProbePrefix) {
-					probe = m.GetEntries()[0].GetData()
-					return true
-				}
-			}
-			return false
-		}, 5*time.Second, time.Millisecond, "the readiness probe was never sent")
-		return r, probe
-	}
-	answer := func(r *Replica, probe []byte, index uint64) {
-		require.NoError(t, r.Step(ctx, &pb.Message{
-			Type: pb.MsgReadIndexResp.Enum(), From: new(uint64(1)), To: new(uint64(2)), Term: new(term),
-			Index: new(index), Entries: []*pb.Entry{{Data: probe}},
-		}))
-		require.NoError(t, r.do(ctx, func() error { return nil })) // handled, status published
-	}
+	first := startSoloFollower(t, ctx, l, &term)
+	// Two entries, committed: each process applies them.
+	first.hearLeader(&pb.Message{Type: pb.MsgApp.Enum(), From: new(uint64(1)), To: new(uint64(2)),
+		LogTerm: new(uint64(0)), Index: new(uint64(0)), Commit: new(uint64(2)),
+		Entries: []*pb.Entry{{Index: new(uint64(1)), Term: new(term)}, {Index: new(uint64(2)), Term: new(term)}}})
+	oldProbe := first.firstReadIndex(true)
+	first.stop()
 
-	first, oldProbe := process()
-	first.Stop()
-	<-first.Done()
-
-	second, newProbe := process()
-	t.Cleanup(func() { second.Stop(); <-second.Done() })
-	require.Eventually(t, func() bool { return second.Status().Applied == 2 }, 5*time.Second, time.Millisecond)
+	second := startSoloFollower(t, ctx, l, &term)
+	t.Cleanup(second.stop)
+	second.hearLeader()
+	newProbe := second.firstReadIndex(true)
+	require.Eventually(t, func() bool { return second.r.Status().Applied == 2 }, 5*time.Second, time.Millisecond)
 	// The late answer to the first process: the commit index of then, 2,
 	// which the second has applied (the leader's may be far ahead by now).
-	answer(second, oldProbe, 2)
-	require.False(t, second.Status().Ready, "ready on the answer to the previous process's probe")
-	answer(second, newProbe, 2)
-	require.True(t, second.Status().Ready)
+	second.answer(oldProbe, 2)
+	require.False(t, second.r.Status().Ready, "ready on the answer to the previous process's probe")
+	second.answer(newProbe, 2)
+	require.True(t, second.r.Status().Ready)
 }
 
 // TestReadRoundRetriedAtANewTermOfTheSameLeader: a leader re-elected at a
 // higher term answers no ReadIndex request of the earlier term. The rounds
 // in flight were failed only when the leader changed, so with the same
-// leader they waited out ReadRetry (half an election timeout) first.
+// leader they waited out ReadRetry (half an election timeout: hours here).
 func TestReadRoundRetriedAtANewTermOfTheSameLeader(t *testing.T) {
-	l, err := raftlog.Open("raft", nil, raftlog.Options{FS: vfs.NewMem()})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, l.Close()) })
-	// No tick fires, and ReadRetry is half an election timeout: hours.
-	cfg := Config{ID: 2, Peers: []NodeID{1, 2, 3}, TickInterval: time.Hour, ElectionTicks: 10}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	sent := &sentLog{}
-	r, err := Start(cfg, l, &echoSM{}, sent, slog.New(slog.DiscardHandler))
-	require.NoError(t, err)
-	t.Cleanup(func() { r.Stop(); <-r.Done() })
 	var term uint64
-	heartbeat := func() {
-		require.NoError(t, r.do(ctx, func() error {
-			r.step(&pb.Message{Type: pb.MsgHeartbeat.Enum(), From: new(uint64(1)), To: new(uint64(2)), Term: new(term)})
-			return nil
-		}))
-	}
-	require.NoError(t, r.do(ctx, func() error { term = r.rn.BasicStatus().GetTerm() + 1; return nil }))
-	heartbeat()
-	rounds := func() int {
-		require.NoError(t, r.do(ctx, func() error { return nil }))
-		sent.mu.Lock()
-		defer sent.mu.Unlock()
-		n := 0
-		for _, m := range sent.msgs {
-			if m.GetType() == pb.MsgReadIndex && len(m.GetEntries()) == 1 && !strings.HasPrefix(string(m.GetEntries()[0].GetData()), readyProbePrefix) {
-				n++
-			}
-		}
-		return n
-	}
-	read := make(chan error, 1)
-	go func() { read <- r.ReadBarrier(ctx) }()
-	require.Eventually(t, func() bool { return rounds() == 1 }, 5*time.Second, time.Millisecond, "the reader's round was never sent")
+	f := startSoloFollower(t, ctx, memLog(t), &term)
+	t.Cleanup(f.stop)
+	f.hearLeader()
+	go func() { _ = f.r.ReadBarrier(ctx) }()
+	f.firstReadIndex(false)
+	require.NoError(t, f.r.do(ctx, func() error { return nil }))
+	before := len(f.readIndexSent(false))
 	term++ // node 1 again, re-elected
-	heartbeat()
-	require.Eventually(t, func() bool { return rounds() == 2 }, 5*time.Second, time.Millisecond,
+	f.hearLeader()
+	require.Eventually(t, func() bool { return len(f.readIndexSent(false)) > before }, 5*time.Second, time.Millisecond,
 		"the round of the earlier term was not retried at the new one")
 }
