@@ -49,64 +49,54 @@ func TestLoadFileBadSizeNamesTheLine(t *testing.T) {
 	}
 }
 
+// loadBody loads body as a config file over the defaults; a refused file
+// must change nothing.
+func loadBody(t *testing.T, body string) (Config, error) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kvd.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+	c := Default()
+	err := c.LoadFile(p)
+	if err != nil {
+		require.Equal(t, Default(), c, "a refused file changes nothing")
+	}
+	return c, err
+}
+
 // A config file key reads a value as its flag does: "timer-slack: 0"
 // (documented: 0 keeps the inherited slack) was refused as an integer
-// where --timer-slack 0 is accepted. Unknown keys stay errors.
-func TestLoadFileReadsDurationsAsTheFlags(t *testing.T) {
+// where --timer-slack 0 is accepted, and yaml truncated a fraction into a
+// whole-number key ("max-connections: 1.5" was 1) where the flag refuses
+// it. Unknown keys stay errors.
+func TestLoadFileReadsValuesAsTheFlags(t *testing.T) {
 	for _, tc := range []struct {
 		body string
-		want time.Duration // of timer-slack
+		want func(*Config) any // reads the key's field, compared with is
+		is   any
 		err  string
 	}{
-		{body: "timer-slack: 0\n", want: 0},
-		{body: "timer-slack: 0s\n", want: 0},
-		{body: "timer-slack: 2ms\n", want: 2 * time.Millisecond},
-		{body: "timer-slack: \"0\"\n", want: 0},
+		{body: "timer-slack: 0\n", want: timerSlack, is: time.Duration(0)},
+		{body: "timer-slack: 0s\n", want: timerSlack, is: time.Duration(0)},
+		{body: "timer-slack: 2ms\n", want: timerSlack, is: 2 * time.Millisecond},
+		{body: "timer-slack: \"0\"\n", want: timerSlack, is: time.Duration(0)},
 		// Like --request-timeout 5: a number without its unit.
 		{body: "request-timeout: 5\n", err: "line 1: cannot unmarshal"},
 		{body: "timer-slack: 0\nrequest-timout: 5s\n", err: `line 2: unknown key "request-timout"`},
+		{body: "max-connections: 100\n", want: func(c *Config) any { return c.MaxConnections }, is: 100},
+		{body: "max-connections: 1.5\n", err: `line 1: max-connections: "1.5" is not a whole number`},
+		{body: "snapshot-count: 2.7\n", err: `line 1: snapshot-count: "2.7" is not a whole number`},
+		{body: "max-connections: 1e3\n", err: `"1e3" is not a whole number`},
 	} {
 		t.Run(tc.body, func(t *testing.T) {
-			p := filepath.Join(t.TempDir(), "kvd.yaml")
-			require.NoError(t, os.WriteFile(p, []byte(tc.body), 0o600))
-			c := Default()
-			err := c.LoadFile(p)
+			c, err := loadBody(t, tc.body)
 			if tc.err != "" {
 				require.ErrorContains(t, err, tc.err)
-				require.Equal(t, Default(), c, "a refused file changes nothing")
 				return
 			}
 			require.NoError(t, err)
-			require.Equal(t, tc.want, c.TimerSlack)
+			require.Equal(t, tc.is, tc.want(&c))
 		})
 	}
 }
 
-// TestLoadFileRefusesFractionsForWholeNumbers: yaml truncates a fraction
-// into an integer field without a word ("max-connections: 1.5" was 1);
-// the flag refuses it, and so does the file.
-func TestLoadFileRefusesFractionsForWholeNumbers(t *testing.T) {
-	for _, tc := range []struct {
-		body string
-		err  string
-	}{
-		{body: "max-connections: 1.5\n", err: `line 1: max-connections: "1.5" is not a whole number`},
-		{body: "snapshot-count: 2.7\n", err: `line 1: snapshot-count: "2.7" is not a whole number`},
-		{body: "max-connections: 1e3\n", err: `"1e3" is not a whole number`},
-		{body: "max-connections: 100\n"},
-	} {
-		t.Run(tc.body, func(t *testing.T) {
-			p := filepath.Join(t.TempDir(), "kvd.yaml")
-			require.NoError(t, os.WriteFile(p, []byte(tc.body), 0o600))
-			c := Default()
-			err := c.LoadFile(p)
-			if tc.err == "" {
-				require.NoError(t, err)
-				require.Equal(t, 100, c.MaxConnections)
-				return
-			}
-			require.ErrorContains(t, err, tc.err)
-			require.Equal(t, Default(), c, "a refused file changes nothing")
-		})
-	}
-}
+func timerSlack(c *Config) any { return c.TimerSlack }
