@@ -69,19 +69,7 @@ func TestNetworkCutDelayHeal(t *testing.T) {
 	}
 
 	// A connection open before the cut is closed by it.
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write(testHello(1, 2)); err != nil {
-		t.Fatal(err)
-	}
-	// The echoed hello proves the link is established.
-	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	if _, err := io.ReadFull(c, make([]byte, helloSize)); err != nil {
-		t.Fatal(err)
-	}
+	c := establish(t, addr, 1, 2)
 	n.Cut(1, 2)
 	if _, err := io.ReadFull(c, make([]byte, 1)); err == nil {
 		t.Fatal("an existing connection of a cut pair survived")
@@ -135,18 +123,7 @@ func TestNetworkReportsEffect(t *testing.T) {
 	}
 
 	// A live link closed by the cut, then a dial refused.
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write(testHello(1, 2)); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	if _, err := io.ReadFull(c, make([]byte, helloSize)); err != nil {
-		t.Fatal(err)
-	}
+	establish(t, addr, 1, 2)
 	n.Cut(1, 2)
 	if _, err := roundTrip(addr, 1, 2); err == nil {
 		t.Fatal("a cut pair connected")
@@ -174,4 +151,24 @@ func TestNetworkReportsEffect(t *testing.T) {
 	if err := checkEffect(Effect{Cut: 3}, true); err == nil {
 		t.Fatal("a delay that held nothing back passed")
 	}
+}
+
+// establish opens a link from peer `from` to peer `to` through the proxy at
+// addr and waits for its hello to come back: the link is then established.
+// It is closed at the test's end.
+func establish(t *testing.T, addr string, from, to uint64) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := c.Write(testHello(from, to)); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.ReadFull(c, make([]byte, helloSize)); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
