@@ -47,13 +47,16 @@ func (n *Node) watchClusterVersion(ctx context.Context) {
 // raiseClusterVersion proposes the highest version every member applies,
 // when this node leads and the cluster is below it.
 func (n *Node) raiseClusterVersion(ctx context.Context) {
+	cur := n.state.ClusterVersion()
+	if cur >= command.ClusterVersionMax {
+		return // the check that runs every half second for good: one load
+	}
 	// The member table before the configuration: a member raft lists
 	// whose row this read missed has no address yet and holds the version;
 	// the other order could miss a member raft lists after the row read.
 	table, tableAt := n.state.MembersAt()
 	st := n.rep.Status()
-	cur := n.state.ClusterVersion()
-	if st.Role != "leader" || !st.Ready || cur >= command.ClusterVersionMax {
+	if st.Role != "leader" || !st.Ready {
 		return
 	}
 	addrs, ok := versionAddrs(st, table, tableAt)
