@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -92,14 +93,14 @@ func loadMembership(cfg config.Config, fresh bool) (*membership, error) {
 	b, err := os.ReadFile(path)
 	switch {
 	case err == nil:
-		var m membership
-		if err := json.Unmarshal(b, &m); err != nil {
-			return nil, fmt.Errorf("read %s: %w", path, err)
+		m, err := parseMembership(b, path)
+		if err != nil {
+			return nil, err
 		}
 		if err := m.checkSelf(cfg.Name, path); err != nil {
 			return nil, err
 		}
-		return &m, nil
+		return m, nil
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	case !fresh:
@@ -119,6 +120,30 @@ func loadMembership(cfg config.Config, fresh bool) (*membership, error) {
 		return nil, fmt.Errorf("save %s: %w", path, err)
 	}
 	return m, nil
+}
+
+// damagedAdvice ends the error for a cluster.json kvd cannot use. kvd
+// writes the file once, atomically, so it was damaged from outside, and
+// rewriting it from flags could give the member the wrong cluster.
+const damagedAdvice = "kvd writes it once, at the first start, and never partially: " +
+	"restore it from a backup, or give the member an empty data dir and add it to the cluster again"
+
+// parseMembership reads the contents of cluster.json. Every file kvd writes
+// names at least one member (a founding member's --initial-cluster) or one
+// bootstrap voter (a joined member's): one that names neither, "{}" or
+// "null" say, would start a node that knows none of its peers.
+func parseMembership(b []byte, path string) (*membership, error) {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, fmt.Errorf("%s is empty: %s", path, damagedAdvice)
+	}
+	var m membership
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%s is damaged (%w): %s", path, err, damagedAdvice)
+	}
+	if len(m.Members) == 0 && len(m.Bootstrap) == 0 {
+		return nil, fmt.Errorf("%s names no members and no bootstrap voters: %s", path, damagedAdvice)
+	}
+	return &m, nil
 }
 
 func fromFlags(cfg config.Config) (*membership, error) {
