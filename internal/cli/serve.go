@@ -68,6 +68,13 @@ names (e.g. "max-item-size: 2m").`,
 			// answer) stops it, rather than wait for the start to end.
 			n, err := node.StartContext(cmd.Context(), cfg, logger)
 			if err != nil {
+				if cmd.Context().Err() != nil {
+					// Told to stop (SIGTERM) before it was up: a stop like
+					// one at any other time, exit status 0, which systemd
+					// does not count as the unit failing.
+					logger.Info("stopped during start-up", "err", err)
+					return nil
+				}
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "kvd %s serving memcache on %s, http on %s (data in %s)\n",

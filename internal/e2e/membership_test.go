@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -380,3 +381,35 @@ func TestRejoinUnderTheSameName(t *testing.T) {
 	}
 	requireSameDigest(t, procs[lead], back)
 }
+
+// TestSIGTERMWhileJoiningExitsCleanly: a joining node retries its join
+// while the member it asks does not answer; SIGTERM then stops it, and,
+// as a SIGTERM at any other time, with status 0: systemd marks a unit
+// that exits non-zero on `systemctl stop` as failed.
+func TestSIGTERMWhileJoiningExitsCleanly(t *testing.T) {
+	var logs strings.Builder
+	var mu sync.Mutex
+	cmd := exec.Command(kvdproc.Binary(t), "serve", "--name", "n2", "--data-dir", t.TempDir(),
+		"--memcache-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--peer-addr", kvdproc.FreeAddr(t),
+		"--join", "http://"+kvdproc.FreeAddr(t)) // nobody listens there
+	cmd.Stderr = writerFunc(func(b []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(b) })
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return strings.Contains(logs.String(), "joining cluster") },
+		30*time.Second, 10*time.Millisecond, "the join never started")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-done:
+		mu.Lock()
+		defer mu.Unlock()
+		require.NoError(t, err, "exit status after SIGTERM during the join; log:\n%s", logs.String())
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("SIGTERM did not stop the join")
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
