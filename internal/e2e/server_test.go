@@ -183,3 +183,13 @@ func mcClient(addr string) *memcache.Client {
 	c.Timeout = 10 * time.Second
 	return c
 }
+
+// TestSecondKvdOnTheSameDataDirIsRefused: a second kvd started on a data
+// dir in use exits with status 1 and says why; it was told "lock: resource
+// temporarily unavailable", which names neither the cause nor the remedy.
+func TestSecondKvdOnTheSameDataDirIsRefused(t *testing.T) {
+	p := kvdproc.Start(t, t.TempDir())
+	code, log := p.RunAgain(30 * time.Second)
+	require.Equal(t, 1, code, "log:\n%s", log)
+	require.Contains(t, log, "another kvd is running on this data dir")
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"syscall"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -38,6 +39,9 @@ func Open(dir string, logger *slog.Logger, opts Options) (*Log, error) {
 		return nil, fmt.Errorf("raftlog: open %s: create directory: %w", dir, err)
 	}
 	lock, err := opts.FS.Lock(opts.FS.PathJoin(dir, lockName))
+	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) {
+		return nil, fmt.Errorf("raftlog: open %s: another kvd is running on this data dir (its lock is held): %w", dir, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: open %s: lock: %w", dir, err)
 	}
