@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvd-project/kvd/internal/mcserver"
@@ -14,6 +16,8 @@ var raftRoles = []string{"leader", "follower", "candidate", "pre-candidate"}
 type nodeCollector struct {
 	src      Sources
 	requests *requestCounts
+	// pebble carries Pebble's cache counters across a store reopen.
+	pebble monotonic
 
 	// raft
 	hasLeader, isLeader, ready, term, commit, applied, leaderChanges, pending *prometheus.Desc
@@ -177,8 +181,10 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.items, float64(max(fs.Items, 0)))
 	gauge(c.valueBytes, float64(max(fs.Bytes, 0)))
 	gauge(c.compactionDebt, float64(fs.CompactionDebt), "state")
-	counter(c.cacheHits, float64(fs.BlockCacheHits), "state")
-	counter(c.cacheMisses, float64(fs.BlockCacheMisses), "state")
+	// Pebble's counters belong to the open store: a snapshot install
+	// reopens it and they restart at 0 mid-process.
+	counter(c.cacheHits, c.pebble.value(pebbleBlockHits, fs.BlockCacheHits), "state")
+	counter(c.cacheMisses, c.pebble.value(pebbleBlockMisses, fs.BlockCacheMisses), "state")
 	counter(c.itemCacheLookups, float64(fs.ItemCacheHits), "hit")
 	counter(c.itemCacheLookups, float64(fs.ItemCacheMisses), "miss")
 	gauge(c.itemCacheBytes, float64(fs.ItemCacheBytes))
@@ -186,8 +192,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.keyFilterBytes, float64(fs.KeyFilterBytes))
 	gauge(c.openFiles, float64(fs.OpenFiles), "state")
 	gauge(c.openFilesLimit, float64(fs.MaxOpenFiles), "state")
-	counter(c.fileHits, float64(fs.FileCacheHits), "state")
-	counter(c.fileMisses, float64(fs.FileCacheMisses), "state")
+	counter(c.fileHits, c.pebble.value(pebbleFileHits, fs.FileCacheHits), "state")
+	counter(c.fileMisses, c.pebble.value(pebbleFileMisses, fs.FileCacheMisses), "state")
 
 	if c.src.Log != nil {
 		ls := c.src.Log.Stats()
@@ -252,4 +258,36 @@ func (c *nodeCollector) collectMemcache(m *mcserver.Stats, ch chan<- prometheus.
 	} {
 		counter(c.requestsTotal, float64(r.v), "memcache", r.command, r.result)
 	}
+}
+
+// The Pebble counters monotonic keeps continuous.
+const (
+	pebbleBlockHits = iota
+	pebbleBlockMisses
+	pebbleFileHits
+	pebbleFileMisses
+	numPebbleCounters
+)
+
+// monotonic turns counters that restart at 0 when the state store is
+// reopened (a snapshot install closes Pebble and opens the received store,
+// with a new block cache and file cache) into counters that only go up, as
+// Prometheus requires within one process: a drop below the last value read
+// is taken as a restart, and what had been counted before it is kept as a
+// base. Increments between the last scrape and the reopen are lost; the
+// series never goes down.
+type monotonic struct {
+	mu         sync.Mutex // scrapes may run concurrently
+	last, base [numPebbleCounters]int64
+}
+
+func (m *monotonic) value(i int, raw int64) float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	raw = max(raw, 0)
+	if raw < m.last[i] {
+		m.base[i] += m.last[i]
+	}
+	m.last[i] = raw
+	return float64(m.base[i] + raw)
 }

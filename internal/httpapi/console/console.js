@@ -4,6 +4,10 @@
 "use strict";
 
 const POLL_MS = 1000;
+// A node that accepts the connection but does not answer (stalled, or
+// behind a partition that drops packets) would hold a fetch for minutes,
+// with the page still showing its last good state: give up after this.
+const STATS_TIMEOUT_MS = 5000;
 const POINTS = 120; // two minutes of history
 
 const $ = (id) => document.getElementById(id);
@@ -242,15 +246,18 @@ function drawChart(canvas, lines) {
 }
 
 async function poll() {
+  const ctl = new AbortController();
+  const timer = setTimeout(() => ctl.abort(), STATS_TIMEOUT_MS);
   try {
-    const resp = await fetch("/v1/stats", { cache: "no-store" });
+    const resp = await fetch("/v1/stats", { cache: "no-store", signal: ctl.signal });
     if (!resp.ok) throw new Error("HTTP " + resp.status);
     render(await resp.json());
   } catch (e) {
     const conn = $("conn");
-    conn.textContent = "unreachable: " + e.message;
+    conn.textContent = "unreachable: " + (ctl.signal.aborted ? "no answer in " + STATS_TIMEOUT_MS / 1000 + " s" : e.message);
     conn.className = "badge bad";
   } finally {
+    clearTimeout(timer);
     setTimeout(poll, POLL_MS);
   }
 }

@@ -1,0 +1,100 @@
+package metrics_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvd-project/kvd/internal/fsm"
+	"github.com/kvd-project/kvd/internal/metrics"
+	"github.com/kvd-project/kvd/internal/replica"
+)
+
+// mutableStore is a state store whose stats a test changes between scrapes.
+type mutableStore struct {
+	mu sync.Mutex
+	st fsm.Stats
+}
+
+func (s *mutableStore) Stats() fsm.Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st
+}
+
+func (s *mutableStore) set(st fsm.Stats) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st = st
+}
+
+// A snapshot install reopens Pebble, whose block and file cache counters
+// then restart at 0; the exposed counters must not go down with them (a
+// counter that drops mid-process reads as a reset and rate() invents a
+// spike or loses the history).
+func TestPebbleCountersSurviveStoreReopen(t *testing.T) {
+	store := &mutableStore{}
+	r := metrics.New(metrics.Sources{
+		Raft:  fakeRaft{replica.Status{ID: 1, Leader: 1, Role: "leader", Voters: []replica.NodeID{1}, Ready: true}},
+		Store: store,
+	})
+	read := func(name string) float64 {
+		t.Helper()
+		fams, err := r.Gatherer().Gather()
+		require.NoError(t, err)
+		for _, f := range fams {
+			if f.GetName() == name {
+				require.Len(t, f.GetMetric(), 1)
+				return f.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		t.Fatalf("%s not exposed", name)
+		return 0
+	}
+	steps := []struct {
+		name                     string
+		blockHits, blockMiss     int64
+		fileHits, fileMiss       int64
+		wantBlockHits, wantFileM float64
+	}{
+		{"before the install", 100, 10, 50, 5, 100, 5},
+		{"more traffic", 150, 12, 60, 7, 150, 7},
+		{"store reopened", 3, 1, 2, 1, 153, 8},
+		{"traffic after", 30, 4, 9, 3, 180, 10},
+		{"reopened again", 0, 0, 0, 0, 180, 10},
+		{"traffic again", 5, 1, 1, 1, 185, 11},
+	}
+	for _, s := range steps {
+		store.set(fsm.Stats{BlockCacheHits: s.blockHits, BlockCacheMisses: s.blockMiss,
+			FileCacheHits: s.fileHits, FileCacheMisses: s.fileMiss})
+		require.Equal(t, s.wantBlockHits, read("kvd_storage_block_cache_hits_total"), s.name)
+		require.Equal(t, s.wantFileM, read("kvd_storage_file_cache_misses_total"), s.name)
+	}
+}
+
+// Key-value requests answered from memory take tens of microseconds: the
+// request histogram must tell 20µs from 90µs, not lump both into its first
+// bucket.
+func TestHTTPBucketsResolveFastRequests(t *testing.T) {
+	r := newTestRegistry()
+	for _, d := range []time.Duration{20 * time.Microsecond, 40 * time.Microsecond, 90 * time.Microsecond} {
+		r.ObserveHTTP(metrics.RouteKV, "GET", 200, d)
+	}
+	fams, err := r.Gatherer().Gather()
+	require.NoError(t, err)
+	got := map[float64]uint64{}
+	for _, f := range fams {
+		if f.GetName() == "kvd_http_request_duration_seconds" {
+			for _, b := range f.GetMetric()[0].GetHistogram().GetBucket() {
+				got[b.GetUpperBound()] = b.GetCumulativeCount()
+			}
+		}
+	}
+	for le, want := range map[float64]uint64{.000025: 1, .00005: 2, .0001: 3} {
+		n, ok := got[le]
+		require.True(t, ok, "no bucket le=%v", le)
+		require.Equal(t, want, n, "le=%v", le)
+	}
+}
