@@ -4,12 +4,19 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"testing/iotest"
 )
 
 // fuzzLimits are small so that random inputs reach every bound.
 var fuzzLimits = Limits{MaxItemSize: 64, MaxLine: 64, MaxMultigetLine: 256}
+
+// fuzzBigValueLimits make the read buffer (MaxMultigetLine+3 bytes) smaller
+// than the largest value, so that values also take readBlock's other path,
+// read into a buffer of their own as the bytes arrive; with fuzzLimits every
+// value fits the read buffer.
+var fuzzBigValueLimits = Limits{MaxItemSize: 200, MaxLine: 32, MaxMultigetLine: 32}
 
 // knownReplies are all the lines Next may ask a server to write.
 var knownReplies = map[string]bool{
@@ -46,18 +53,22 @@ func FuzzReader(f *testing.F) {
 	for _, tt := range parseTests {
 		f.Add([]byte(tt.in))
 	}
+	f.Add([]byte("set k 0 0 150\r\n" + strings.Repeat("v", 150) + "\r\nget k\r\nset k 0 0 40 noreply\r\n" +
+		strings.Repeat("w", 40) + "\nget k\r\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		whole := fuzzParse(t, bytes.NewReader(in), len(in))
-		one := fuzzParse(t, iotest.OneByteReader(bytes.NewReader(in)), len(in))
-		chunked := fuzzParse(t, &chunkReader{data: in, sizes: in}, len(in))
-		if !equalStrings(whole, one) || !equalStrings(whole, chunked) {
-			t.Fatalf("split reads disagree:\nwhole   %q\none     %q\nchunked %q", whole, one, chunked)
+		for _, lim := range []Limits{fuzzLimits, fuzzBigValueLimits} {
+			whole := fuzzParse(t, bytes.NewReader(in), len(in), lim)
+			one := fuzzParse(t, iotest.OneByteReader(bytes.NewReader(in)), len(in), lim)
+			chunked := fuzzParse(t, &chunkReader{data: in, sizes: in}, len(in), lim)
+			if !equalStrings(whole, one) || !equalStrings(whole, chunked) {
+				t.Fatalf("split reads disagree (%+v):\nwhole   %q\none     %q\nchunked %q", lim, whole, one, chunked)
+			}
 		}
 	})
 }
 
-func fuzzParse(t *testing.T, r io.Reader, n int) []string {
-	pr := NewReader(r, fuzzLimits)
+func fuzzParse(t *testing.T, r io.Reader, n int, lim Limits) []string {
+	pr := NewReader(r, lim)
 	var out []string
 	var req Request
 	// Every result consumes at least one byte (a '\n'), so n+1 calls end it.
@@ -86,7 +97,7 @@ func fuzzParse(t *testing.T, r io.Reader, n int) []string {
 			}
 			continue
 		}
-		checkRequest(t, &req)
+		checkRequest(t, &req, lim)
 		if pr.Buffered() < 0 {
 			t.Fatalf("negative Buffered")
 		}
@@ -95,7 +106,7 @@ func fuzzParse(t *testing.T, r io.Reader, n int) []string {
 	return nil
 }
 
-func checkRequest(t *testing.T, req *Request) {
+func checkRequest(t *testing.T, req *Request, lim Limits) {
 	c := req.Command
 	if c < CmdGet || c > CmdQuit {
 		t.Fatalf("bad command %d", c)
@@ -120,7 +131,7 @@ func checkRequest(t *testing.T, req *Request) {
 			t.Fatalf("bad key %q", k)
 		}
 	}
-	if len(req.Data) > fuzzLimits.MaxItemSize {
+	if len(req.Data) > lim.MaxItemSize {
 		t.Fatalf("value of %d bytes over the limit", len(req.Data))
 	}
 	if !c.IsStorage() && req.Data != nil {
