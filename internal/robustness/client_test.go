@@ -11,30 +11,13 @@ import (
 // fakeMC answers every request line on one connection with reply,
 // whatever it was (a value block for a store is read and ignored).
 func fakeMC(t *testing.T, reply string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				if _, err := r.ReadString('\n'); err != nil {
-					return
-				}
-				_, _ = c.Write([]byte(reply))
-				time.Sleep(100 * time.Millisecond)
-			}()
+	return serveLoopback(t, func(c net.Conn) {
+		if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+			return
 		}
-	}()
-	return ln.Addr().String()
+		_, _ = c.Write([]byte(reply))
+		time.Sleep(100 * time.Millisecond)
+	})
 }
 
 // TestClientFlagsProtocolViolations: a reply no memcached would send is a

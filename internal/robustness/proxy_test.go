@@ -18,6 +18,12 @@ func testHello(from, to uint64) []byte {
 
 // echoServer stands in for a node's peer listener: it echoes everything.
 func echoServer(t *testing.T) string {
+	return serveLoopback(t, func(c net.Conn) { _, _ = io.Copy(c, c) })
+}
+
+// serveLoopback listens on a loopback port until the test ends and runs
+// handle on each connection it accepts, closing the connection after.
+func serveLoopback(t *testing.T, handle func(net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -30,7 +36,10 @@ func echoServer(t *testing.T) string {
 			if err != nil {
 				return
 			}
-			go func() { _, _ = io.Copy(c, c); _ = c.Close() }()
+			go func() {
+				defer c.Close()
+				handle(c)
+			}()
 		}
 	}()
 	return ln.Addr().String()
