@@ -170,6 +170,9 @@ type FSM struct {
 	flushingAt uint64
 	durable    atomic.Uint64 // also read by Stats
 
+	// lastPebble is what Stats last read from Pebble (pebbleFigures).
+	lastPebble atomic.Pointer[pebbleFigures]
+
 	// scratch buffers reused by Apply (single goroutine).
 	kbuf []byte
 	// The item cache updates the batch Apply is building will make once it
@@ -341,18 +344,51 @@ func (f *FSM) Stats() Stats {
 	}
 	s.ItemCacheHits, s.ItemCacheMisses, s.ItemCacheEntries, s.ItemCacheBytes = f.cache.stats()
 	s.KeyFilterSkips, s.KeyFilterBytes = f.keys.stats()
-	f.dbMu.RLock()
-	defer f.dbMu.RUnlock()
-	if f.db != nil {
-		m := f.db.Metrics()
-		s.DiskBytes = m.DiskSpaceUsage()
-		s.CompactionDebt = m.Compact.EstimatedDebt
-		s.BlockCacheHits, s.BlockCacheMisses = m.BlockCache.Hits, m.BlockCache.Misses
-		s.OpenFiles = m.FileCache.TableCount + m.FileCache.BlobFileCount
-		s.FileCacheHits, s.FileCacheMisses = m.FileCache.Hits, m.FileCache.Misses
-	}
+	p := f.pebbleFigures()
+	s.DiskBytes, s.CompactionDebt = p.DiskBytes, p.CompactionDebt
+	s.BlockCacheHits, s.BlockCacheMisses = p.BlockCacheHits, p.BlockCacheMisses
+	s.OpenFiles, s.FileCacheHits, s.FileCacheMisses = p.OpenFiles, p.FileCacheHits, p.FileCacheMisses
 	s.MaxOpenFiles = int64(f.opts.MaxOpenFiles)
 	return s
+}
+
+// pebbleFigures are the Stats read from Pebble's own metrics.
+type pebbleFigures struct {
+	DiskBytes                        uint64
+	CompactionDebt                   uint64
+	BlockCacheHits, BlockCacheMisses int64
+	OpenFiles                        int64
+	FileCacheHits, FileCacheMisses   int64
+}
+
+// pebbleFigures reads Pebble's metrics, or, while a snapshot install or
+// Close holds the store (its write lock, for as long as the received store
+// takes to open), the figures last read: a metrics scrape or a `stats`
+// must not wait for an install, and the scrape would time out and lose
+// every series.
+func (f *FSM) pebbleFigures() pebbleFigures {
+	if !f.dbMu.TryRLock() {
+		if p := f.lastPebble.Load(); p != nil {
+			return *p
+		}
+		return pebbleFigures{}
+	}
+	defer f.dbMu.RUnlock()
+	if f.db == nil {
+		return pebbleFigures{}
+	}
+	m := f.db.Metrics()
+	p := pebbleFigures{
+		DiskBytes:        m.DiskSpaceUsage(),
+		CompactionDebt:   m.Compact.EstimatedDebt,
+		BlockCacheHits:   m.BlockCache.Hits,
+		BlockCacheMisses: m.BlockCache.Misses,
+		OpenFiles:        m.FileCache.TableCount + m.FileCache.BlobFileCount,
+		FileCacheHits:    m.FileCache.Hits,
+		FileCacheMisses:  m.FileCache.Misses,
+	}
+	f.lastPebble.Store(&p)
+	return p
 }
 
 // Get returns the item under key if it is visible at nowNs (Unix ns, the
