@@ -39,14 +39,7 @@ func TestItemCacheIsInvisible(t *testing.T) {
 			now := t0
 			for round := 0; round < 200; round++ {
 				now += int64(rng.IntN(400)) * 1e6 // expiries pass during the run
-				var ents []Entry
-				for n := 1 + rng.IntN(8); n > 0; n-- {
-					c := randomCommand(rng, keys, now)
-					data, err := command.Encode(nil, &c)
-					require.NoError(t, err)
-					index++
-					ents = append(ents, Entry{Index: index, Data: data})
-				}
+				ents := randomBatch(t, rng, keys, now, &index)
 				want, err := stores[0].Apply(ents)
 				require.NoError(t, err)
 				for _, f := range stores[1:] {
@@ -88,6 +81,21 @@ func TestItemCacheIsInvisible(t *testing.T) {
 			require.LessOrEqual(t, small, int64(64<<10), "the small cache stayed within its bound")
 		})
 	}
+}
+
+// randomBatch encodes one to eight random commands stamped now as the
+// entries after *index, which it advances.
+func randomBatch(t *testing.T, rng *rand.Rand, keys []string, now int64, index *uint64) []Entry {
+	t.Helper()
+	var ents []Entry
+	for n := 1 + rng.IntN(8); n > 0; n-- {
+		c := randomCommand(rng, keys, now)
+		data, err := command.Encode(nil, &c)
+		require.NoError(t, err)
+		*index++
+		ents = append(ents, Entry{Index: *index, Data: data})
+	}
+	return ents
 }
 
 func randomCommand(rng *rand.Rand, keys []string, now int64) command.Command {

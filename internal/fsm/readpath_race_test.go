@@ -103,14 +103,7 @@ func readPathAgainstApply(t *testing.T, seed uint64, cache int64) {
 	skipping := 0 // batches left to skip before the next install
 	for round := 0; round < 200; round++ {
 		now += int64(rng.IntN(20)) * 1e6
-		var ents []Entry
-		for n := 1 + rng.IntN(8); n > 0; n-- {
-			c := randomCommand(rng, keys, now)
-			data, err := command.Encode(nil, &c)
-			require.NoError(t, err)
-			index++
-			ents = append(ents, Entry{Index: index, Data: data})
-		}
+		ents := randomBatch(t, rng, keys, now, &index)
 		_, err := ref.Apply(ents)
 		require.NoError(t, err)
 		st := snapshot(ref)
