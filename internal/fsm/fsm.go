@@ -401,10 +401,13 @@ func (f *FSM) Get(key []byte, nowNs int64) (Item, bool, error) {
 	// read after this load is at least as new as the horizon. Read the other
 	// way round, an item a passed horizon hides could be judged by the
 	// horizon of a later flush_all that deleted it (0, or one not yet
-	// passed) and come back for a moment.
-	flushAt := f.flushAt.Load()
+	// passed) and come back for a moment. It is read under the store's
+	// lock: a snapshot install replaces store and horizon together under
+	// it, and a horizon read before waiting for an install would judge the
+	// installed items by the replaced state's flush_all.
 	f.dbMu.RLock()
 	defer f.dbMu.RUnlock()
+	flushAt := f.flushAt.Load()
 	if f.db == nil {
 		return Item{}, false, errNoStore
 	}
@@ -529,9 +532,9 @@ func (f *FSM) HiddenAfter(after []byte, steps int, maxBytes int64, nowNs int64) 
 	if len(after) > 0 {
 		lower = append(dataKey(nil, after), 0) // the first key after it
 	}
-	flushAt := f.flushAt.Load() // before the data, as in Get
 	f.dbMu.RLock()
 	defer f.dbMu.RUnlock()
+	flushAt := f.flushAt.Load() // under the lock and before the data, as in Get
 	if f.db == nil {
 		return nil, nil, errNoStore
 	}

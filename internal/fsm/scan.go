@@ -88,9 +88,9 @@ func (f *FSM) ScanPage(prefix, after []byte, limit int, nowNs int64) (items []Sc
 	if bytes.Compare(lower, upper) >= 0 {
 		return nil, nil, nil
 	}
-	flushAt := f.flushAt.Load() // before the data, as in Get
 	f.dbMu.RLock()
 	defer f.dbMu.RUnlock()
+	flushAt := f.flushAt.Load() // under the lock and before the data, as in Get
 	if f.db == nil {
 		return nil, nil, errNoStore
 	}
