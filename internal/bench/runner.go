@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -217,6 +218,7 @@ func (r *runner) phase(ctx context.Context, spec phaseSpec) (RunResult, []int64)
 	for _, w := range workers {
 		w.start, w.end, w.issued = start, end, &issued
 		w.st.lastWrite, w.st.trackGaps, w.st.keepTimeline = start, r.cfg.Failover, r.cfg.Timeline
+		w.st.maxGaps = gapsPerWorker(spec.conc)
 		wg.Go(func() { w.loop(ctx) })
 	}
 	stopProgress := r.progress(&spec, workers, start)
@@ -279,9 +281,11 @@ func (r *runner) fold(spec *phaseSpec, workers []*worker, start, finished time.T
 	// A phase that writes nothing (import's read phase) has no failover
 	// window: its whole length would read as one that never recovered.
 	if r.cfg.Failover && spec.name != "preload" && res.SetTries > 0 {
-		if f, ok := longestGap(start, gaps); ok {
-			res.Failover = &f
+		var dropped time.Duration
+		for _, w := range workers {
+			dropped = max(dropped, w.st.droppedMax)
 		}
+		res.Failover = failoverFrom(start, gaps, dropped)
 	}
 	res.Complete = res.Ops >= int64(records)
 	return res
@@ -468,11 +472,17 @@ type workerStats struct {
 	liveErrs     atomic.Int64
 
 	// failover: gaps between acknowledged writes longer than minGap, kept
-	// only when trackGaps; lastWrite starts at the start of the run.
-	trackGaps bool
-	gaps      []gap
-	lastWrite time.Time
-	firstErr  time.Time
+	// only when trackGaps; lastWrite starts at the start of the run. Only
+	// the maxGaps longest are kept (a min-heap on length): a client that
+	// writes slower than minGap opens a gap with every write, and a long
+	// run would hold one per write. droppedMax is the longest let go: a
+	// window found no shorter than it is the longest (see failoverFrom).
+	trackGaps  bool
+	maxGaps    int
+	gaps       gapHeap
+	droppedMax time.Duration
+	lastWrite  time.Time
+	firstErr   time.Time
 }
 
 type timeBucket struct{ Ops, Errors, Writes int64 }
@@ -481,8 +491,23 @@ type timeBucket struct{ Ops, Errors, Writes int64 }
 // matter for a failover window and would only cost memory.
 const minGap = time.Millisecond
 
+// A case keeps at most gapBudget write gaps over all its workers (80 bytes
+// each, 21 MB), and each worker at least minGapsKept. A window of length L
+// is missed only if some worker had more than its share of gaps at least L
+// long, which needs L below the case's length over that share: with 8
+// workers, 2.1 ms in a minute's case.
+const (
+	gapBudget   = 1 << 18
+	minGapsKept = 64
+)
+
+// gapsPerWorker is each of conc workers' share of gapBudget.
+func gapsPerWorker(conc int) int {
+	return max(minGapsKept, gapBudget/max(conc, 1))
+}
+
 func newWorkerStats() *workerStats {
-	return &workerStats{get: NewHistogram(), set: NewHistogram()}
+	return &workerStats{get: NewHistogram(), set: NewHistogram(), maxGaps: minGapsKept}
 }
 
 func (s *workerStats) bucket(t, start time.Time) *timeBucket {
@@ -554,20 +579,52 @@ func (s *workerStats) record(op *Op, r *Result, sent, start time.Time, verify bo
 			break
 		}
 		if s.trackGaps && r.Done.Sub(s.lastWrite) > minGap {
-			s.gaps = append(s.gaps, gap{from: s.lastWrite, to: r.Done, firstErr: s.firstErr})
+			s.keepGap(gap{from: s.lastWrite, to: r.Done, firstErr: s.firstErr})
 		}
 		s.lastWrite = r.Done
 		s.firstErr = time.Time{}
 	}
 }
 
-// closeGaps ends the open gap at the end of the run and returns all gaps.
+// keepGap keeps g if it is among the maxGaps longest so far.
+func (s *workerStats) keepGap(g gap) {
+	if len(s.gaps) < max(s.maxGaps, 1) {
+		heap.Push(&s.gaps, g)
+		return
+	}
+	if shortest := s.gaps[0]; g.length() > shortest.length() {
+		s.droppedMax = max(s.droppedMax, shortest.length())
+		s.gaps[0] = g
+		heap.Fix(&s.gaps, 0)
+		return
+	}
+	s.droppedMax = max(s.droppedMax, g.length())
+}
+
+// closeGaps ends the open gap at the end of the run and returns the gaps
+// kept, in time order; the open one is always among them.
 func (s *workerStats) closeGaps(end time.Time) []gap {
 	if !s.trackGaps {
 		return nil
 	}
+	gaps := slices.Clone([]gap(s.gaps))
 	if end.Sub(s.lastWrite) > minGap {
-		return append(s.gaps, gap{from: s.lastWrite, to: end, firstErr: s.firstErr, open: true})
+		gaps = append(gaps, gap{from: s.lastWrite, to: end, firstErr: s.firstErr, open: true})
 	}
-	return s.gaps
+	slices.SortFunc(gaps, func(a, b gap) int { return a.from.Compare(b.from) })
+	return gaps
+}
+
+// gapHeap is a min-heap of gaps on their length.
+type gapHeap []gap
+
+func (h gapHeap) Len() int           { return len(h) }
+func (h gapHeap) Less(i, j int) bool { return h[i].length() < h[j].length() }
+func (h gapHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *gapHeap) Push(x any)        { *h = append(*h, x.(gap)) }
+func (h *gapHeap) Pop() any {
+	old := *h
+	g := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return g
 }

@@ -232,6 +232,8 @@ type gap struct {
 	open     bool // reaches the end of the run: no write after it
 }
 
+func (g gap) length() time.Duration { return g.to.Sub(g.from) }
+
 // Failover describes the longest window in which no worker had a write
 // acknowledged.
 type Failover struct {
@@ -247,6 +249,27 @@ type Failover struct {
 	// acknowledged write after the window.
 	RecoveryMs float64 `json:"recovery_ms"`
 	Recovered  bool    `json:"recovered"`
+	// AtLeast is true when a longer window may have been missed: a client
+	// had more write gaps than it keeps, and let go of one longer than
+	// this window. LongestGapMs is then a lower bound (0 when no window
+	// was found among the gaps kept).
+	AtLeast bool `json:"at_least,omitempty"`
+}
+
+// failoverFrom is the failover window of a run from its workers' kept
+// gaps, dropped being the longest gap any of them let go: the true window
+// lies in a gap of every worker, so one longer than the window found
+// needs a dropped gap at least as long. Nil when there is no window.
+func failoverFrom(start time.Time, perWorker [][]gap, dropped time.Duration) *Failover {
+	f, ok := longestGap(start, perWorker)
+	switch {
+	case ok:
+		f.AtLeast = float64(dropped)/float64(time.Millisecond) > f.LongestGapMs
+		return &f
+	case dropped > 0:
+		return &Failover{FirstErrorS: -1, AtLeast: true}
+	}
+	return nil
 }
 
 // longestGap intersects the workers' write gaps: a window counts only when

@@ -131,7 +131,16 @@ func writeFailover(b *strings.Builder, c CaseResult, r RunResult) {
 		b.WriteString("no acknowledged-write gap\n")
 		return
 	}
-	fmt.Fprintf(b, "longest window without an acknowledged write %s, from t=%.3fs", formatUs(f.LongestGapMs*1000), f.GapStartS)
+	if f.AtLeast && f.LongestGapMs == 0 {
+		b.WriteString("not determined: no window among the longest write gaps each client kept\n")
+		return
+	}
+	atLeast := ""
+	if f.AtLeast {
+		// Some client let go of a gap longer than this window.
+		atLeast = "at least "
+	}
+	fmt.Fprintf(b, "longest window without an acknowledged write %s%s, from t=%.3fs", atLeast, formatUs(f.LongestGapMs*1000), f.GapStartS)
 	switch {
 	case !f.Recovered:
 		b.WriteString(", not recovered before the end of the run")
