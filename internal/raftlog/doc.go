@@ -42,7 +42,8 @@
 // Segment files are preallocated to Options.SegmentBytes. Once the log is
 // compacted past every entry in the oldest segments they are retired, and
 // kept as spare-<number>.seg to be written over as new segments; a spare is
-// also prefilled with zeros in the background on a real disk. Writing over
+// also prefilled with zeros in the background on a real disk with two
+// segments free, once per segment written at most. Writing over
 // allocated blocks within a file's length lets fdatasync skip the file
 // system's metadata: that, and no memtable, flush or compaction behind the
 // log, is why it is not kept in Pebble (bench/RESULTS-core.md).

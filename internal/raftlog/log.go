@@ -68,7 +68,13 @@ type Log struct {
 	fresh bool
 	// preparing is set while a spare is being prefilled.
 	preparing bool
-	buf       []byte
+	// prefillGaveUp is set when prefilling a spare failed or was skipped
+	// (too little free space) during the segment written, reset when the
+	// next one starts: retried at every write, a disk short of a segment
+	// was filled to the brim again and again, failing the state store's
+	// writes with ENOSPC.
+	prefillGaveUp bool
+	buf           []byte
 	// observeSync is Options.ObserveSync (may be nil).
 	observeSync func(time.Duration)
 	stats       struct {

@@ -180,6 +180,7 @@ func (l *Log) writeHeader(seq uint64, f vfs.File) error {
 	seg := &segment{seq: seq, f: f}
 	l.segs = append(l.segs, seg)
 	l.off, l.crc, l.headerEnd = 0, segmentSeed(seq), 0
+	l.prefillGaveUp = false
 	recs := []pending{{typ: recHeader, payload: headerPayload(seq)}}
 	if !l.empty {
 		// The segment can be read without the ones before it.
@@ -247,7 +248,7 @@ const prepTempName = "spare-prefill.tmp"
 // metadata. Until it is ready new segments are created preallocated, and
 // written at the slower pace of first writes. l.mu held.
 func (l *Log) prepareSpare() {
-	if !l.prefillSpares || l.preparing || l.closed || len(l.spares) > 0 {
+	if !l.prefillSpares || l.preparing || l.closed || len(l.spares) > 0 || l.prefillGaveUp {
 		return
 	}
 	l.preparing = true
@@ -271,6 +272,8 @@ func (l *Log) prepareSpare() {
 			}
 		}
 		if err != nil && !errors.Is(err, errClosedWhilePrefilling) {
+			// Not again before the next segment: see prefillGaveUp.
+			l.prefillGaveUp = true
 			l.logger.Warn("prefilling a spare raft log segment failed; new segments are preallocated instead", "err", err)
 		}
 		_ = l.fs.Remove(tmp)
@@ -280,7 +283,16 @@ func (l *Log) prepareSpare() {
 // prefill writes tmp full of zeros and fsyncs it, without l.mu. The rename
 // into a spare's name is made durable by the directory fsync of the
 // rotation that uses it.
+//
+// It writes nothing when the disk has less than two segments free: the
+// spare would leave it (nearly) full, and the state store beside the log
+// failing its writes for want of space stops the node. The log runs on
+// preallocated segments instead. A file system that cannot tell its free
+// space is prefilled on.
 func (l *Log) prefill(tmp string) error {
+	if u, err := l.fs.GetDiskUsage(l.dir); err == nil && u.AvailBytes < 2*uint64(l.segmentBytes) {
+		return fmt.Errorf("not prefilling %s: %d bytes free on the disk, less than two segments of %d", tmp, u.AvailBytes, l.segmentBytes)
+	}
 	f, err := l.fs.Create(tmp, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", tmp, err)
