@@ -337,6 +337,32 @@ func validPort(port string, listen bool) bool {
 	return err == nil && (n > 0 || listen)
 }
 
+// checkListenersApart reports two of the three listeners given the same
+// port on overlapping hosts (the same host, or a wildcard beside any):
+// the second listen would fail at start with the system's "address already
+// in use", naming neither flag. Port 0 picks a free port for each.
+func (c *Config) checkListenersApart(add func(string, ...any)) {
+	type listener struct{ flag, host, port string }
+	var seen []listener
+	for _, l := range []struct{ flag, addr string }{{"memcache-addr", c.MemcacheAddr}, {"http-addr", c.HTTPAddr}, {"peer-addr", c.PeerAddr}} {
+		host, port, err := net.SplitHostPort(l.addr)
+		if err != nil || port == "0" {
+			continue
+		}
+		for _, s := range seen {
+			if s.port == port && (s.host == host || wildcardHost(s.host) || wildcardHost(host)) {
+				add("%s %q: the same port as %s %q; each listener needs its own", l.flag, l.addr, s.flag, net.JoinHostPort(s.host, s.port))
+			}
+		}
+		seen = append(seen, listener{l.flag, host, port})
+	}
+}
+
+func wildcardHost(h string) bool {
+	ip := net.ParseIP(h)
+	return h == "" || (ip != nil && ip.IsUnspecified())
+}
+
 // Validate reports every problem at once.
 func (c *Config) Validate() error {
 	var errs []error
@@ -354,6 +380,7 @@ func (c *Config) Validate() error {
 			add("%s %q: port must be a number from 0 to 65535", flag, addr)
 		}
 	}
+	c.checkListenersApart(add)
 	if c.MaxItemSize < 1<<10 || c.MaxItemSize > 128<<20 {
 		add("max-item-size %d: must be between 1k and 128m", c.MaxItemSize)
 	}

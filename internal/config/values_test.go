@@ -100,3 +100,28 @@ func TestLoadFileReadsValuesAsTheFlags(t *testing.T) {
 }
 
 func timerSlack(c *Config) any { return c.TimerSlack }
+
+// Two listeners on one port fail at start with the system's "address
+// already in use", which names neither flag; Validate names both. A
+// wildcard host overlaps every host; port 0 picks a free port for each.
+func TestValidateRefusesListenersOnOnePort(t *testing.T) {
+	for _, tc := range []struct {
+		mc, http, peer string
+		err            string // "" when valid
+	}{
+		{"127.0.0.1:11211", "127.0.0.1:11211", "127.0.0.1:11290", `http-addr "127.0.0.1:11211": the same port as memcache-addr "127.0.0.1:11211"`},
+		{"127.0.0.1:11211", "127.0.0.1:11280", "0.0.0.0:11280", `peer-addr "0.0.0.0:11280": the same port as http-addr "127.0.0.1:11280"`},
+		{":7000", "127.0.0.1:11280", "[::1]:7000", `peer-addr "[::1]:7000": the same port as memcache-addr ":7000"`},
+		{"127.0.0.1:7000", "127.0.0.2:7000", "127.0.0.1:11290", ""},
+		{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", ""},
+	} {
+		c := Default()
+		c.MemcacheAddr, c.HTTPAddr, c.PeerAddr = tc.mc, tc.http, tc.peer
+		err := c.Validate()
+		if tc.err == "" {
+			require.NoError(t, err, "%+v", tc)
+		} else {
+			require.ErrorContains(t, err, tc.err)
+		}
+	}
+}
