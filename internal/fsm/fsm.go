@@ -99,6 +99,10 @@ type Result struct {
 	Status Status
 	Value  uint64 // StatusValue
 	Item   Item   // StatusHit; Value is a private copy
+	// CAS (StatusStored) is the stored item's CAS token, so a writer can
+	// make its next write conditional without reading the item back; 0
+	// when the item was stored already expired, as no read will see it.
+	CAS uint64
 	// Grew (StatusValue): the counter's digits outgrew the old value, where
 	// memcached stores a new item rather than rewrite it in place, and
 	// counts it in total_items.
@@ -807,7 +811,11 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 	if err := f.store(b, st, c.Key, &old, exists, &next, c.Stamp); err != nil {
 		return Result{}, err
 	}
-	return Result{Status: StatusStored}, nil
+	res := Result{Status: StatusStored}
+	if visible(&next, 0, c.Stamp) {
+		res.CAS = next.CAS
+	}
+	return res, nil
 }
 
 func (f *FSM) applyFlush(b *pebble.Batch, st *applyState, c *command.Command) (Result, error) {

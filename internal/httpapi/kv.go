@@ -32,9 +32,10 @@ import (
 //	       expired) also as X-Kvd-Flags / X-Kvd-TTL headers.
 //	       If-Match: "<cas>" stores only if the item's CAS is that (cas);
 //	       If-Match: * only if it exists (replace); If-None-Match: * only if
-//	       it does not (add). 204 stored; 412 precondition failed; a
-//	       Content-Range (partial PUT) is a 400, a Content-Encoding other
-//	       than identity a 415.
+//	       it does not (add). 204 stored, with the new item's ETag (none
+//	       when it was stored already expired, ttl < 0); 412
+//	       precondition failed; a Content-Range (partial PUT) is a 400, a
+//	       Content-Encoding other than identity a 415.
 //	DELETE /v1/kv/{key}   204 deleted; 404 missing.
 //	GET    /v1/kv?prefix=P&after=K&limit=N[&consistency=…]
 //	       keys in byte order with their metadata (not values), JSON.
@@ -240,6 +241,9 @@ func (a *api) putKey(w http.ResponseWriter, r *http.Request, rawKey string) stri
 	}
 	switch {
 	case res.Status == kv.StatusStored:
+		if res.CAS != 0 {
+			w.Header().Set("ETag", formatETag(res.CAS))
+		}
 		w.WriteHeader(http.StatusNoContent)
 		return "stored"
 	case res.Status == kv.StatusNotStored && c.Op == command.OpAdd:

@@ -67,3 +67,36 @@ func TestPutRefusesContentCoding(t *testing.T) {
 	}
 	require.Equal(t, "v", string(c.get("/v1/kv/k").body))
 }
+
+// A stored PUT answers the new item's ETag, as GET would, so a client can
+// chain If-Match writes without a GET in between (RFC 9110 8.8.3: the
+// value is stored as sent, so its validator may be sent).
+func TestPutAnswersETag(t *testing.T) {
+	n := startNode(t)
+	c := newClient(t, "http://"+n.HTTPAddr())
+
+	r := c.put("/v1/kv/k", "v1", "If-None-Match", "*")
+	require.Equal(t, http.StatusNoContent, r.status, "body: %s", r.body)
+	tag1 := r.header.Get("ETag")
+	require.Regexp(t, `^"[0-9]+"$`, tag1)
+	require.Equal(t, c.get("/v1/kv/k").header.Get("ETag"), tag1)
+
+	r = c.put("/v1/kv/k", "v2", "If-Match", tag1)
+	require.Equal(t, http.StatusNoContent, r.status, "body: %s", r.body)
+	tag2 := r.header.Get("ETag")
+	require.Regexp(t, `^"[0-9]+"$`, tag2)
+	require.NotEqual(t, tag1, tag2)
+	require.Equal(t, c.get("/v1/kv/k").header.Get("ETag"), tag2)
+
+	// The first token is stale now: the chain refuses a lost update.
+	expectError(t, c.put("/v1/kv/k", "v3", "If-Match", tag1), http.StatusPreconditionFailed, "cas_mismatch")
+
+	r = c.put("/v1/kv/k?flags=3&ttl=100", "v3", "If-Match", "*")
+	require.Equal(t, http.StatusNoContent, r.status, "body: %s", r.body)
+	require.Equal(t, c.get("/v1/kv/k").header.Get("ETag"), r.header.Get("ETag"))
+
+	// An item stored already expired has no representation to tag.
+	r = c.put("/v1/kv/gone?ttl=-1", "x")
+	require.Equal(t, http.StatusNoContent, r.status, "body: %s", r.body)
+	require.Empty(t, r.header.Get("ETag"))
+}
