@@ -192,13 +192,38 @@ func (n *Node) syncPeers(st replica.Status) error {
 			n.peerAddrs[id] = addr
 		}
 	}
+	catchingUp := n.catchingUp(st)
 	for id := range n.peerAddrs {
-		if _, ok := want[id]; !ok {
-			n.peers.RemovePeer(id)
-			delete(n.peerAddrs, id)
+		if _, ok := want[id]; ok {
+			continue
 		}
+		if catchingUp && slices.ContainsFunc(n.ms.Members, func(m member) bool { return m.ID == id }) {
+			// A member of the cluster it joined, missing only from the
+			// history this node replays: it may be the leader that
+			// history comes from, whose messages need answers.
+			continue
+		}
+		n.peers.RemovePeer(id)
+		delete(n.peerAddrs, id)
 	}
 	return nil
+}
+
+// catchingUp reports whether this node, a member that joined a running
+// cluster, is still replaying the cluster's history up to its own
+// addition. It starts from the founding configuration, so until then the
+// configurations it applies leave out the members its join answer
+// (cluster.json) names that joined after the founding, the leader among
+// them perhaps. Where its addition is not recorded (a join answered by an
+// older kvd), until it finds itself in the configuration.
+func (n *Node) catchingUp(st replica.Status) bool {
+	if len(n.ms.Bootstrap) == 0 {
+		return false // a founding member: its history starts with it
+	}
+	if since, known := n.memberSince(); known {
+		return st.Applied < since
+	}
+	return !slices.Contains(st.Voters, st.ID) && !slices.Contains(st.Learners, st.ID)
 }
 
 // peerStats reads the transport's counters; false while there is none.
