@@ -1,13 +1,17 @@
 package node
 
 import (
+	"bytes"
 	"io"
 	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvd-project/kvd/internal/config"
 )
 
 // joinReady starts name as a member joining through via and waits until
@@ -46,4 +50,53 @@ func TestJoinerReachesALeaderThatJoinedLater(t *testing.T) {
 	joinReady(t, "n3", n2)
 	require.Eventually(t, func() bool { return slices.Contains(n2.rep.Status().Voters, IDOf("n3")) },
 		30*time.Second, 10*time.Millisecond)
+}
+
+// --join is read only by an empty data dir. One that founded its own
+// cluster, restarted with --join, used to go on as that cluster without a
+// word; the operator who meant to join another hears why it did not. A
+// joined member restarted with its --join still set is the usual case and
+// stays quiet.
+func TestJoinOnAFoundedDataDirIsReported(t *testing.T) {
+	const warning = "join is ignored: this data dir already holds a cluster it founded"
+	restart := func(t *testing.T, cfg config.Config) string {
+		t.Helper()
+		var logs syncBuf
+		n, err := Start(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+		require.NoError(t, err)
+		require.NoError(t, n.Shutdown(t.Context()))
+		return logs.String()
+	}
+
+	dir := t.TempDir()
+	n := startReady(t, loneConfig("n1", dir, "127.0.0.1:0"))
+	require.NoError(t, n.Shutdown(t.Context()))
+	cfg := loneConfig("n1", dir, "127.0.0.1:0")
+	cfg.Join = "http://127.0.0.1:1"
+	require.Contains(t, restart(t, cfg), warning)
+
+	n1 := startReady(t, loneConfig("n1", t.TempDir(), freeAddr(t)))
+	t.Cleanup(func() { _ = n1.Shutdown(t.Context()) })
+	n2 := joinReady(t, "n2", n1)
+	cfg2 := n2.cfg
+	require.NoError(t, n2.Shutdown(t.Context()))
+	require.NotContains(t, restart(t, cfg2), warning)
+}
+
+// syncBuf is a bytes.Buffer safe for the logger's goroutines.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

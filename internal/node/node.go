@@ -167,6 +167,13 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 				"initial_cluster", cfg.InitialCluster, "file", filepath.Join(cfg.DataDir, membershipFile))
 		}
 	}
+	if cfg.Join != "" && len(ms.Bootstrap) == 0 {
+		// A data dir that founded its own cluster stays in it: --join is
+		// read only by an empty one (a joined member restarted with it is
+		// the usual case, and quiet).
+		logger.Warn("join is ignored: this data dir already holds a cluster it founded; to join another, start with an empty data dir",
+			"join", cfg.Join, "file", filepath.Join(cfg.DataDir, membershipFile))
+	}
 	for _, v := range ms.bootstrapVoters() {
 		rcfg.Peers = append(rcfg.Peers, replica.NodeID(v))
 	}
