@@ -231,9 +231,15 @@ type soloFollower struct {
 
 func startSoloFollower(t *testing.T, ctx context.Context, l *raftlog.Log, term *uint64) *soloFollower {
 	t.Helper()
+	return startSoloFollowerWith(t, ctx, l, term, &echoSM{})
+}
+
+// startSoloFollowerWith is startSoloFollower over the state machine sm.
+func startSoloFollowerWith(t *testing.T, ctx context.Context, l *raftlog.Log, term *uint64, sm StateMachine) *soloFollower {
+	t.Helper()
 	sent := &sentLog{}
 	cfg := Config{ID: 2, Peers: []NodeID{1, 2, 3}, TickInterval: time.Hour, ElectionTicks: 10}
-	r, err := Start(cfg, l, &echoSM{}, sent, slog.New(slog.DiscardHandler))
+	r, err := Start(cfg, l, sm, sent, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	return &soloFollower{t: t, ctx: ctx, r: r, sent: sent, term: term}
 }

@@ -1,8 +1,13 @@
 package replica
 
 import (
+	"context"
+	"encoding/binary"
 	"errors"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -111,4 +116,55 @@ func TestSnapshotStorageDescribesTheAppliedIndex(t *testing.T) {
 			}
 		})
 	}
+}
+
+// snapSM is echoSM that installs snapshots: the received state is applied
+// to the snapshot's index.
+type snapSM struct{ echoSM }
+
+func (s *snapSM) InstallSnapshot(_ []byte, index uint64) error {
+	s.applied.Store(index)
+	return nil
+}
+
+// TestProposalCoveredBySnapshotIsAnswered: a follower's proposal whose entry
+// the leader sends it as part of a snapshot is never applied here (its
+// result is nowhere), so it must be answered when the snapshot is
+// installed, not left to wait out the request timeout.
+func TestProposalCoveredBySnapshotIsAnswered(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var term uint64
+	f := startSoloFollowerWith(t, ctx, memLog(t), &term, &snapSM{})
+	t.Cleanup(f.stop)
+	f.hearLeader()
+	const reqID = 7
+	p, err := f.r.Propose(ctx, time.Time{}, reqID, binary.BigEndian.AppendUint64(nil, reqID))
+	require.NoError(t, err)
+	// Forwarded to the leader: raft took it.
+	require.Eventually(t, func() bool {
+		f.sent.mu.Lock()
+		defer f.sent.mu.Unlock()
+		for _, m := range f.sent.msgs {
+			if m.GetType() == pb.MsgProp {
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, time.Millisecond, "the proposal was not forwarded")
+	// The leader appended it at 5, committed it and compacted past it: the
+	// follower gets a snapshot at 10.
+	f.hearLeader(&pb.Message{Type: pb.MsgSnap.Enum(), From: new(uint64(1)), To: new(uint64(2)),
+		Snapshot: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{
+			Index: new(uint64(10)), Term: new(term), ConfState: &pb.ConfState{Voters: []uint64{1, 2, 3}},
+		}}})
+	require.NoError(t, f.r.do(ctx, func() error { return nil }))
+	require.Equal(t, uint64(10), f.r.Status().Applied, "the snapshot was not installed")
+	select {
+	case o := <-p.ch:
+		require.ErrorIs(t, o.Err, ErrUnknownOutcome)
+	default:
+		t.Fatal("the proposal covered by the snapshot is still waiting")
+	}
+	require.Zero(t, f.r.Status().Pending)
 }

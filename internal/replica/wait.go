@@ -76,6 +76,24 @@ func (w *waitRegistry) markProposed(props []proposal) {
 	w.mu.Unlock()
 }
 
+// failProposed ends with err the waiters whose proposals raft took, and
+// leaves those still queued for it (a snapshot install).
+func (w *waitRegistry) failProposed(err error) {
+	w.mu.Lock()
+	var chs []chan Outcome
+	for id, x := range w.m {
+		if x.proposed {
+			chs = append(chs, x.ch)
+			delete(w.m, id)
+		}
+	}
+	w.n.Store(int64(len(w.m)))
+	w.mu.Unlock()
+	for _, ch := range chs {
+		ch <- Outcome{Err: err}
+	}
+}
+
 func (w *waitRegistry) cancel(id uint64) {
 	w.mu.Lock()
 	delete(w.m, id)
