@@ -24,6 +24,10 @@
 //	1  everything before the gate (a store that never recorded one)
 //	2  OpClusterVersion itself; flush_all with an absolute time already
 //	   past is a horizon, not a flush of everything
+//	3  a delayed flush_all that replaces one whose time has passed keeps
+//	   that time in the state (what was stored before it stays hidden,
+//	   and the leader's crawl deletes it) instead of deleting those items
+//	   in its apply, which read every item
 package command
 
 import (
@@ -40,7 +44,7 @@ const Version byte = 1
 // ClusterVersionMax is the highest cluster version this binary applies
 // (see the package doc). A new operation, format version or apply rule
 // raises it, and is gated on the cluster version reaching it.
-const ClusterVersionMax uint64 = 2
+const ClusterVersionMax uint64 = 3
 
 // Op names a state-machine operation.
 type Op uint8

@@ -35,17 +35,20 @@ func TestReadNeverShowsAnItemAFlushHid(t *testing.T) {
 	}
 	for _, read := range []string{"get", "scan"} {
 		for _, cache := range []bool{true, false} {
-			for _, delayed := range []bool{false, true} {
-				name := fmt.Sprintf("%s/cache=%v/delayed=%v", read, cache, delayed)
+			for _, tc := range []struct {
+				delayed bool
+				version uint64 // 3: the passed horizon is kept, not its items deleted
+			}{{false, 1}, {true, 1}, {true, 3}} {
+				name := fmt.Sprintf("%s/cache=%v/delayed=%v/version=%d", read, cache, tc.delayed, tc.version)
 				t.Run(name, func(t *testing.T) {
-					raceFlushAgainstReads(t, reads[read], cache, delayed)
+					raceFlushAgainstReads(t, reads[read], cache, tc.delayed, tc.version)
 				})
 			}
 		}
 	}
 }
 
-func raceFlushAgainstReads(t *testing.T, read func(f *FSM, now int64) (bool, error), cache, delayed bool) {
+func raceFlushAgainstReads(t *testing.T, read func(f *FSM, now int64) (bool, error), cache, delayed bool, version uint64) {
 	opts := Options{}
 	if !cache {
 		opts.ItemCacheBytes = -1
@@ -54,6 +57,9 @@ func raceFlushAgainstReads(t *testing.T, read func(f *FSM, now int64) (bool, err
 	require.NoError(t, err)
 	defer f.Close()
 	a := &applier{t: t, f: f}
+	if version > 1 {
+		a.do(command.Command{Op: command.OpClusterVersion, ClusterVersion: version})
+	}
 	var phase atomic.Int64 // odd while x is hidden or deleted
 	var seen atomic.Int64
 	rs := startReaders(2, func(int) func() error {
@@ -72,6 +78,10 @@ func raceFlushAgainstReads(t *testing.T, read func(f *FSM, now int64) (bool, err
 	deadline := time.Now().Add(1500 * time.Millisecond)
 	rounds := 0
 	for ; rounds < 400 && time.Now().Before(deadline) && seen.Load() == 0; rounds++ {
+		if version >= 3 {
+			// The last round's kept horizon would hide x from the start.
+			a.do(command.Command{Op: command.OpFlush, Stamp: t0})
+		}
 		a.do(set(command.OpSet, "x", "v"))                              // stored at t0
 		a.do(command.Command{Op: command.OpFlush, Delay: 1, Stamp: t0}) // hides x from t0+1s
 		phase.Add(1)

@@ -514,37 +514,86 @@ func TestEntryFromNewerKvdStopsApply(t *testing.T) {
 
 // TestDelayedFlushReplacedAfterItsHorizonStaysFlushed: once a delayed
 // flush_all's horizon has passed, what it hid is gone; a later delayed
-// flush_all replacing the horizon must not bring it back, and the items
-// it hid leave the counts.
+// flush_all replacing the horizon must not bring it back, not even across
+// a restart. Below cluster version 3 the replacing flush deletes those
+// items in its apply, reading every item; from 3 on it keeps the passed
+// horizon (FlushedBefore), the items stay hidden, and the leader's crawl
+// (HiddenAfter, then OpExpire) deletes them. An immediate flush_all ends
+// both horizons.
 func TestDelayedFlushReplacedAfterItsHorizonStaysFlushed(t *testing.T) {
-	f := openTest(t, t.TempDir())
-	defer f.Close()
-	a := &applier{t: t, f: f}
-	a.do(set(command.OpSet, "old", "v"))
-	exp := set(command.OpSet, "old-expiring", "v")
-	exp.Exptime = 1000
-	a.do(exp)
-	a.do(command.Command{Op: command.OpFlush, Delay: 10})
-	late := set(command.OpSet, "late", "w")
-	late.Stamp = t0 + 15e9 // after the first horizon: visible throughout
-	a.do(late)
-	for _, k := range []string{"old", "old-expiring"} {
-		_, ok, _ := f.Get([]byte(k), t0+20e9)
-		require.False(t, ok, "%s hidden after the first horizon", k)
+	for _, version := range []uint64{2, 3} {
+		t.Run(fmt.Sprintf("version %d", version), func(t *testing.T) {
+			dir := t.TempDir()
+			f := openTest(t, dir)
+			a := &applier{t: t, f: f}
+			a.do(command.Command{Op: command.OpClusterVersion, ClusterVersion: version})
+			a.do(set(command.OpSet, "old", "v"))
+			exp := set(command.OpSet, "old-expiring", "v")
+			exp.Exptime = 1000
+			a.do(exp)
+			a.do(command.Command{Op: command.OpFlush, Delay: 10})
+			late := set(command.OpSet, "late", "w")
+			late.Stamp = t0 + 15e9 // after the first horizon: visible throughout
+			a.do(late)
+			for _, k := range []string{"old", "old-expiring"} {
+				_, ok, _ := f.Get([]byte(k), t0+20e9)
+				require.False(t, ok, "%s hidden after the first horizon", k)
+			}
+			a.do(command.Command{Op: command.OpFlush, Delay: 100, Stamp: t0 + 20e9})
+			check := func(f *FSM) {
+				t.Helper()
+				for _, at := range []int64{t0 + 21e9, t0 + 119e9} {
+					for _, k := range []string{"old", "old-expiring"} {
+						_, ok, _ := f.Get([]byte(k), at)
+						require.False(t, ok, "%s came back at +%ds", k, (at-t0)/1e9)
+						items, err := f.Scan([]byte(k), nil, 10, at)
+						require.NoError(t, err)
+						require.Empty(t, items, "%s listed at +%ds", k, (at-t0)/1e9)
+					}
+					_, ok, _ := f.Get([]byte("late"), at)
+					require.True(t, ok, "late stored after the first horizon, visible before the second")
+				}
+			}
+			check(f)
+			if version < 3 {
+				require.Equal(t, int64(1), f.Stats().Items, "deleted in the replacing flush's apply")
+				require.Zero(t, f.FlushedBefore())
+			} else {
+				require.Equal(t, int64(3), f.Stats().Items, "left to the crawl")
+				require.Equal(t, t0+10e9, f.FlushedBefore())
+				require.NoError(t, f.Close())
+				f = openTest(t, dir)
+				check(f)
+				hidden, next, err := f.HiddenAfter(nil, 100, 1<<20, t0+21e9)
+				require.NoError(t, err)
+				require.Nil(t, next)
+				var keys []string
+				for _, kc := range hidden {
+					keys = append(keys, string(kc.Key))
+				}
+				require.ElementsMatch(t, []string{"old", "old-expiring"}, keys)
+				a.f = f
+				a.do(command.Command{Op: command.OpExpire, Expired: hidden, Stamp: t0 + 21e9})
+				require.Equal(t, int64(1), f.Stats().Items, "deleted by the crawl's entry")
+			}
+			add := set(command.OpAdd, "old", "x")
+			add.Stamp = t0 + 22e9
+			require.Equal(t, StatusStored, a.do(add).Status)
+
+			// An immediate flush_all deletes everything and ends both
+			// horizons: what is stored after it is visible whenever.
+			a.do(command.Command{Op: command.OpFlush, Stamp: t0 + 23e9})
+			require.Zero(t, f.FlushedBefore())
+			require.Zero(t, f.FlushAt())
+			early := set(command.OpSet, "early-stamp", "v")
+			early.Stamp = t0 + 1 // a lagging clock's stamp, before both old horizons
+			a.do(early)
+			_, ok, err := f.Get([]byte("early-stamp"), t0+200e9)
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.NoError(t, f.Close())
+		})
 	}
-	a.do(command.Command{Op: command.OpFlush, Delay: 100, Stamp: t0 + 20e9})
-	for _, at := range []int64{t0 + 21e9, t0 + 119e9} {
-		for _, k := range []string{"old", "old-expiring"} {
-			_, ok, _ := f.Get([]byte(k), at)
-			require.False(t, ok, "%s came back at +%ds", k, (at-t0)/1e9)
-		}
-		_, ok, _ := f.Get([]byte("late"), at)
-		require.True(t, ok, "late stored after the first horizon, visible before the second")
-	}
-	require.Equal(t, int64(1), f.Stats().Items)
-	add := set(command.OpAdd, "old", "x")
-	add.Stamp = t0 + 22e9
-	require.Equal(t, StatusStored, a.do(add).Status)
 }
 
 // TestFlushAllAbsoluteTimeInThePast: a flush_all delay over 30 days is an

@@ -106,6 +106,10 @@ var (
 	metaItems   = []byte{prefixMeta, 'i'} // uint64: live + not-yet-swept items
 	metaBytes   = []byte{prefixMeta, 'b'} // uint64: sum of value sizes
 	metaFlushAt = []byte{prefixMeta, 'f'} // int64 Unix ns: pending delayed flush_all horizon
+	// int64 Unix ns: items stored before it are gone for good, the passed
+	// horizon of a delayed flush_all that a later one replaced (cluster
+	// version 3 on; absent: 0, none).
+	metaFlushedBefore = []byte{prefixMeta, 'g'}
 	// uint64: the cluster version (command.ClusterVersionMax); absent in a
 	// store that never recorded one, which is version 1.
 	metaClusterVersion = []byte{prefixMeta, 'v'}

@@ -90,7 +90,7 @@ func (f *FSM) ScanPage(prefix, after []byte, limit int, nowNs int64) (items []Sc
 	}
 	f.dbMu.RLock()
 	defer f.dbMu.RUnlock()
-	flushAt := f.flushAt.Load() // under the lock and before the data, as in Get
+	h := f.horizons() // under the lock and before the data, as in Get
 	if f.db == nil {
 		return nil, nil, errNoStore
 	}
@@ -114,7 +114,7 @@ func (f *FSM) ScanPage(prefix, after []byte, limit int, nowNs int64) (items []Sc
 		if err := decodeItem(v, &it); err != nil {
 			return nil, nil, fmt.Errorf("scan: key %q: %w", k[1:], err)
 		}
-		if !visible(&it, flushAt, nowNs) {
+		if !visible(&it, h, nowNs) {
 			continue
 		}
 		items = append(items, ScanItem{

@@ -34,6 +34,7 @@ var errNoStore = errors.New("state store unavailable: a snapshot install failed"
 // storeMeta is the apply bookkeeping kept beside the data.
 type storeMeta struct {
 	applied, items, bytes, flushAt uint64
+	flushedBefore                  uint64
 	clusterVersion                 uint64 // at least 1
 }
 
@@ -60,7 +61,7 @@ func openStore(dir string, opts Options, logger *slog.Logger, health *storeHealt
 	for _, f := range []struct {
 		key []byte
 		v   *uint64
-	}{{metaApplied, &m.applied}, {metaItems, &m.items}, {metaBytes, &m.bytes}, {metaFlushAt, &m.flushAt}, {metaClusterVersion, &m.clusterVersion}} {
+	}{{metaApplied, &m.applied}, {metaItems, &m.items}, {metaBytes, &m.bytes}, {metaFlushAt, &m.flushAt}, {metaFlushedBefore, &m.flushedBefore}, {metaClusterVersion, &m.clusterVersion}} {
 		v, err := getUint64(db, f.key)
 		if err != nil {
 			_ = db.Close()
@@ -216,7 +217,7 @@ const (
 func (f *FSM) setMeta(m storeMeta) {
 	f.items.Store(int64(m.items))
 	f.bytes.Store(int64(m.bytes))
-	f.flushAt.Store(int64(m.flushAt))
+	f.setHorizons(horizons{at: int64(m.flushAt), before: int64(m.flushedBefore)})
 	f.clusterVersion.Store(m.clusterVersion)
 	f.applied.Store(m.applied)
 	f.durable.Store(m.applied)

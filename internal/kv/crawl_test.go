@@ -26,11 +26,12 @@ func (r *crawlReplica) Status() replica.Status {
 // it finds nothing hidden, so the crawl proposes nothing.
 type crawlStore struct {
 	listStore
-	flushAt int64
-	reads   int
+	flushAt, before int64
+	reads           int
 }
 
-func (s *crawlStore) FlushAt() int64 { return s.flushAt }
+func (s *crawlStore) FlushAt() int64       { return s.flushAt }
+func (s *crawlStore) FlushedBefore() int64 { return s.before }
 
 func (s *crawlStore) HiddenAfter([]byte, int, int64, int64) ([]command.KeyCAS, []byte, error) {
 	s.reads++
@@ -61,5 +62,33 @@ func TestCrawlWaitsForApplied(t *testing.T) {
 		r.commit, r.applied = step.commit, step.applied
 		require.NoError(t, s.crawlFlushed(context.Background()), step.name)
 		require.Equal(t, step.wantReads, st.reads, step.name)
+	}
+}
+
+// TestCrawlForAReplacedHorizon: a delayed flush_all that replaces one whose
+// time has passed keeps that time as the store's FlushedBefore, and what it
+// hides is hidden for good. The leader crawls for it at once, not only once
+// the new flush time has come (a day later, say); with no such time, a
+// pending flush time is not crawled for.
+func TestCrawlForAReplacedHorizon(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	for _, tc := range []struct {
+		name      string
+		before    time.Time
+		wantReads int
+	}{
+		{"a passed horizon replaced", now.Add(-time.Minute), crawlCalls},
+		{"nothing replaced", time.Time{}, 0},
+		{"replaced too long ago", now.Add(-2 * crawlWindow), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &crawlStore{flushAt: now.Add(24 * time.Hour).UnixNano()}
+			if !tc.before.IsZero() {
+				st.before = tc.before.UnixNano()
+			}
+			s := New(Config{RequestTimeout: time.Second}, &crawlReplica{commit: 10, applied: 10}, st, slog.New(slog.DiscardHandler), func() time.Time { return now })
+			require.NoError(t, s.crawlFlushed(t.Context()))
+			require.Equal(t, tc.wantReads, st.reads)
+		})
 	}
 }

@@ -60,6 +60,7 @@ type Store interface {
 	Stats() fsm.Stats
 	ExpiredBefore(nowSec int64, limit int) ([]command.KeyCAS, error)
 	FlushAt() int64
+	FlushedBefore() int64
 	HiddenAfter(after []byte, steps int, maxBytes int64, nowNs int64) (hidden []command.KeyCAS, next []byte, err error)
 	Digest() (fsm.Digest, error)
 }
@@ -293,11 +294,19 @@ const (
 // request timeout after the flush's time: a write proposed on a node whose
 // clock lags may still be stamped before it, and is hidden as soon as it is
 // stored.
+//
+// Until the last flush time's pass may start, the pass is for the passed
+// flush time that one replaced, if any (fsm.FlushedBefore): what it hides
+// is hidden for good, and a last flush time a day away would otherwise
+// keep it on disk until then.
 func (s *Service) crawlFlushed(ctx context.Context) error {
-	flushAt, now := s.store.FlushAt(), s.now().UnixNano()
+	flushAt, before, now := s.store.FlushAt(), s.store.FlushedBefore(), s.now().UnixNano()
 	if flushAt == 0 {
 		s.crawl = flushCrawl{} // an immediate flush_all deleted everything
 		return nil
+	}
+	if before != 0 && now < flushAt+int64(s.cfg.RequestTimeout) {
+		flushAt = before
 	}
 	start := flushAt + int64(s.cfg.RequestTimeout)
 	if now < start || now > start+int64(crawlWindow) {

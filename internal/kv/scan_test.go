@@ -41,6 +41,7 @@ func (s *listStore) ExpiredBefore(int64, int) ([]command.KeyCAS, error) {
 }
 func (s *listStore) Digest() (fsm.Digest, error) { return fsm.Digest{}, nil }
 func (s *listStore) FlushAt() int64              { return 0 }
+func (s *listStore) FlushedBefore() int64        { return 0 }
 func (s *listStore) HiddenAfter([]byte, int, int64, int64) ([]command.KeyCAS, []byte, error) {
 	return nil, nil, nil
 }
