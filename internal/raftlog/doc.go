@@ -66,8 +66,14 @@
 // leaves (the header records are fsynced before anything else is written
 // to a segment), and is replaced, only if no valid record follows where the
 // header ends; otherwise the header was damaged after it was written, and
-// Open fails rather than drop what follows it. Damage further into the last
-// segment is not told from a torn tail: the log ends before it. Entries
+// Open fails rather than drop what follows it. So it does when a record
+// right after a valid header (the compaction point or HardState written
+// with it, or the first record of a segment started on an empty log)
+// fails its checksum yet the record chained after it checks out: those
+// records are fsynced before anything after them is written, so only
+// records of the same write, past a lost sector, may follow them torn.
+// Damage further into the last segment is not told from a torn tail: the
+// log ends before it. Entries
 // must run contiguously from the compaction index + 1 with non-decreasing
 // terms, segment numbers must be consecutive, and the HardState's commit
 // may not exceed the last index; anything else is reported as an error

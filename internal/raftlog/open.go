@@ -229,6 +229,7 @@ func (r *replay) segment(l *Log, s *segment, last bool) (segmentEnd, error) {
 	}
 	sr := newSegmentReader(s.f, s.seq, st.Size())
 	end := segmentEnd{stateOnly: true}
+	var prevTyp byte
 	for n := 0; ; n++ {
 		rec, err := sr.next()
 		if errors.Is(err, errEndOfRecords) {
@@ -239,6 +240,10 @@ func (r *replay) segment(l *Log, s *segment, last bool) (segmentEnd, error) {
 				if err := checkHeaderlessTail(s.f, s.seq, st.Size()); err != nil {
 					return segmentEnd{}, err
 				}
+			} else if n == 1 || (n == 2 && prevTyp == recCompaction) {
+				if err := checkHeaderRecordsTail(s.f, s.seq, sr.off, n, st.Size()); err != nil {
+					return segmentEnd{}, err
+				}
 			}
 			end.off, end.crc = sr.off, sr.crc
 			return end, nil
@@ -246,6 +251,7 @@ func (r *replay) segment(l *Log, s *segment, last bool) (segmentEnd, error) {
 		if err != nil {
 			return segmentEnd{}, err
 		}
+		prevTyp = rec.typ
 		if (n == 0) != (rec.typ == recHeader) {
 			return segmentEnd{}, fmt.Errorf("%w: record of type %d at offset %d", ErrCorrupt, rec.typ, rec.off)
 		}
@@ -292,6 +298,82 @@ func checkHeaderlessTail(f vfs.File, seq uint64, size int64) error {
 		return fmt.Errorf("%w: the header fails its checksum, yet a valid record of type %d follows it at offset %d",
 			ErrCorrupt, rec.typ, rec.off)
 	}
+}
+
+// sectorSize is the unit a crash persists whole or not at all (see
+// checkHeaderlessTail).
+const sectorSize = 512
+
+// checkHeaderRecordsTail tells damage from a crash where the records of
+// the last segment stop at off, at the record right after its header
+// (pos 1) or after the header and a compaction point (pos 2): the
+// compaction point and HardState that startSegment writes with the header,
+// or, in a segment started on an empty log, the first writes into it.
+// Taken for a torn tail there, the segment holds no entry and Open
+// replaces it, destroying whatever followed: acknowledged entries and
+// HardStates, and the only copy of the compaction point and HardState
+// when the segments before it were recycled (the log then reopened empty).
+//
+// The records there are always fsynced before anything is written after
+// them (the header records in one write with the header; Bootstrap, a
+// first HardState, which changes the term, or a snapshot in one of their
+// own), so a crash that tore them wrote nothing after them. A valid record
+// after the one that fails its checksum, chained from the CRC stored in
+// it, is one a crash cannot explain, but for two exceptions: records of
+// the same write (the HardState after the compaction point among the
+// header records, or entries of one batch) can reach the disk while a
+// sector in the middle of the damaged record did not; then only a record
+// after the header records is evidence. The error names the file and
+// wraps ErrCorrupt; nil means nothing tells the tail from a crash's (and
+// damage that spoiled the stored CRC, length or type goes undetected).
+//
+// The stored CRC read is one written under this segment's number, not
+// what a recycled spare held: it lies in the first sector, which the
+// header checking out shows to have been written with the header records
+// or after them, and a segment started on an empty log is never a spare.
+func checkHeaderRecordsTail(f vfs.File, seq uint64, off int64, pos int, size int64) error {
+	if off+recordHeaderLen > min(size, sectorSize) {
+		return nil
+	}
+	var hdr [recordHeaderLen]byte
+	if _, err := f.ReadAt(hdr[:], off); err != nil {
+		return fmt.Errorf("read record at %d: %w", off, err)
+	}
+	n := int64(binary.BigEndian.Uint32(hdr[4:8]))
+	typ := hdr[8]
+	if typ < recHeader || typ > recSeal || n > size-off-recordHeaderLen {
+		return nil // not a record: never written, or its sector lost
+	}
+	end := off + recordHeaderLen + n
+	sr := newSegmentReaderAt(f, end, binary.BigEndian.Uint32(hdr[:4]), size, 4<<10)
+	rec, err := sr.next()
+	if errors.Is(err, errEndOfRecords) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// A sector of the damaged record that neither its CRC nor the record
+	// after it lies in, which a crash may have lost alone.
+	crcSec, lastSec, nextSec := off/sectorSize, (end-1)/sectorSize, end/sectorSize
+	lostable := lastSec-crcSec >= 2 || (lastSec-crcSec == 1 && nextSec != lastSec)
+	switch {
+	case lostable && typ == recEntry:
+		// The rest of its batch, not acknowledged if a crash tore it.
+		return nil
+	case lostable && pos == 1 && typ == recCompaction && rec.typ == recHardState:
+		// The HardState of the header records: only a record after it
+		// was written after them.
+		rec, err = sr.next()
+		if errors.Is(err, errEndOfRecords) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %s: the record at offset %d fails its checksum, yet a valid record of type %d follows it at offset %d: damage, not a crash (the file is left as it is)",
+		ErrCorrupt, segmentName(seq), off, rec.typ, rec.off)
 }
 
 func (r *replay) record(s *segment, rec record) error {

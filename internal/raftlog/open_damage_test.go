@@ -1,12 +1,15 @@
 package raftlog
 
 import (
+	"encoding/binary"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 )
 
 const memDir = "/raft"
@@ -340,4 +343,140 @@ func compactedManySegments(t *testing.T, opts Options) *Log {
 	}
 	require.NoError(t, l.Compact(100, confState(1, 2)))
 	return l
+}
+
+// The compaction point and HardState after a last segment's header are
+// written with the header, in one write fsynced before anything else goes
+// into the segment (or, in a segment started on an empty log, the
+// compaction point is Bootstrap's own fsynced write). One of them failing
+// its checksum while the record after it checks out is damage, not a
+// crash: Open refuses the log and leaves the segment as it was, instead of
+// taking the segment for one holding no entries and replacing it, which
+// dropped every acknowledged record after the damage.
+func TestOpenRefusesDamagedHeaderRecordsOfLastSegment(t *testing.T) {
+	logs := []struct {
+		name  string
+		write func(t *testing.T, fs vfs.FS) *Log
+	}{
+		{name: "bootstrap, then entries", write: func(t *testing.T, fs vfs.FS) *Log {
+			l, err := Open(memDir, nil, Options{FS: fs})
+			require.NoError(t, err)
+			require.NoError(t, l.Bootstrap(confState(1, 2, 3)))
+			require.NoError(t, l.Save(hardState(7, 2, 10), entries(1, 20, 7)))
+			return l
+		}},
+		{name: "entries after a reopen, the segments before recycled", write: func(t *testing.T, fs vfs.FS) *Log {
+			opts := Options{FS: fs, SegmentBytes: 1024}
+			l := compactedManySegments(t, opts)
+			require.NoError(t, l.Close())
+			l, err := Open(memDir, nil, opts)
+			require.NoError(t, err)
+			require.Len(t, l.segs, 1)
+			require.NoError(t, l.Save(hardState(4, 2, 103), entries(101, 104, 4)))
+			return l
+		}},
+		{name: "nothing written since a reopen, the segments before recycled", write: func(t *testing.T, fs vfs.FS) *Log {
+			opts := Options{FS: fs, SegmentBytes: 1024}
+			l := compactedManySegments(t, opts)
+			require.NoError(t, l.Close())
+			l, err := Open(memDir, nil, opts)
+			require.NoError(t, err)
+			require.Len(t, l.segs, 1)
+			return l
+		}},
+	}
+	header, _ := appendRecord(nil, 0, recHeader, headerPayload(0))
+	for _, lc := range logs {
+		for _, which := range []string{"compaction point", "second record"} {
+			t.Run(lc.name+"/"+which, func(t *testing.T) {
+				fs := vfs.NewMem()
+				l := lc.write(t, fs)
+				name := fs.PathJoin(memDir, segmentName(l.segs[len(l.segs)-1].seq))
+				require.NoError(t, l.Close())
+				b := readFile(t, fs, name)
+				off := int64(len(header))
+				require.Equal(t, recCompaction, b[off+8])
+				if which == "second record" {
+					// The HardState of the header records, or the first
+					// entry after Bootstrap's compaction point.
+					off += recordHeaderLen + int64(binary.BigEndian.Uint32(b[off+4:]))
+					if lc.name == "nothing written since a reopen, the segments before recycled" {
+						// Nothing after the HardState tells damage from a
+						// write torn within its sector: the log ends before it.
+						t.Skip("nothing follows the hard state")
+					}
+				}
+				flipBit(t, fs, name, off+recordHeaderLen+1) // in the payload
+				before := readFile(t, fs, name)
+
+				_, err := Open(memDir, nil, Options{FS: fs, SegmentBytes: 1024})
+				require.ErrorIs(t, err, ErrCorrupt)
+				require.ErrorContains(t, err, fmt.Sprintf("%s: the record at offset %d fails its checksum", fs.PathBase(name), off))
+				require.Equal(t, before, readFile(t, fs, name), "the damaged segment must be left as it was")
+			})
+		}
+	}
+}
+
+// A crash in rotate can tear the header records' write where it crosses a
+// sector boundary (a compaction point whose ConfState is large): the
+// HardState after the compaction point may have reached the disk while a
+// sector in the middle of the compaction point did not, but
+// nothing written after them can have. Open replaces the segment, and the
+// log loses nothing: the segment before it holds the same state.
+func TestOpenRecoversHeaderRecordsTornAcrossSectors(t *testing.T) {
+	fs := vfs.NewMem()
+	opts := Options{FS: fs}
+	l, err := Open(memDir, nil, opts)
+	require.NoError(t, err)
+	var voters []uint64
+	for i := range 120 {
+		voters = append(voters, 1<<60+uint64(i))
+	}
+	require.NoError(t, l.Bootstrap(confState(voters...)))
+	require.NoError(t, l.Save(hardState(4, 2, 10), entries(1, 20, 4)))
+	want := captureState(t, l)
+	cur := l.segs[len(l.segs)-1]
+	seal, _ := appendRecord(nil, l.crc, recSeal, nil)
+	_, err = cur.f.WriteAt(seal, l.off)
+	require.NoError(t, err)
+	next := cur.seq + 1
+	var group []byte
+	crc := segmentSeed(next)
+	group, crc = appendRecord(group, crc, recHeader, headerPayload(next))
+	compStart := len(group)
+	group, crc, err = appendProtoRecord(group, crc, recCompaction, l.compaction, proto.Size(l.compaction))
+	require.NoError(t, err)
+	compEnd := len(group)
+	group, crc, err = appendProtoRecord(group, crc, recHardState, l.hardState, proto.Size(l.hardState))
+	require.NoError(t, err)
+	// An entry written after the header records, for the damaged variant.
+	e := entry(21, 4, "x")
+	after, _, err := appendProtoRecord(slices.Clone(group), crc, recEntry, e, proto.Size(e))
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	require.Less(t, compStart, 512)
+	require.Greater(t, compEnd, 1024, "the compaction point must span three sectors")
+	// The sector in the middle of the compaction point was lost, the
+	// HardState in the next one was not.
+	torn := append(slices.Clone(group), make([]byte, 4096)...)
+	clear(torn[512:1024])
+	writeFile(t, fs, fs.PathJoin(memDir, segmentName(next)), torn)
+
+	l, err = Open(memDir, nil, opts)
+	require.NoError(t, err)
+	requireSameState(t, want, captureState(t, l))
+	require.NoError(t, l.Close())
+
+	// A record written after the header records cannot follow them torn:
+	// the same bytes lost in the middle of the compaction point are damage.
+	name := fs.PathJoin(memDir, segmentName(next))
+	damaged := append(after, make([]byte, 4096)...)
+	clear(damaged[512:1024])
+	writeFile(t, fs, name, damaged)
+	before := readFile(t, fs, name) // under -race, MemFS scribbles over what it was given
+	_, err = Open(memDir, nil, opts)
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.ErrorContains(t, err, fmt.Sprintf("%s: the record at offset %d fails its checksum", segmentName(next), compStart))
+	require.Equal(t, before, readFile(t, fs, name), "the damaged segment must be left as it was")
 }
