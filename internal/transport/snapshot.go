@@ -448,13 +448,21 @@ func writeSnapshotFile(w io.Writer, path, name string, buf []byte) (uint64, erro
 
 // fileSink receives the files of a stream. create is called once per name.
 type fileSink interface {
-	create(name string) (io.WriteCloser, error)
+	create(name string) (sinkFile, error)
+}
+
+// sinkFile is one received file. Close makes it durable, once it is whole
+// and its checksum agrees; abort releases a file the stream failed in,
+// which is deleted with its directory, without that cost.
+type sinkFile interface {
+	io.WriteCloser
+	abort()
 }
 
 // dirSink writes files into a directory; Close fsyncs each one.
 type dirSink string
 
-func (d dirSink) create(name string) (io.WriteCloser, error) {
+func (d dirSink) create(name string) (sinkFile, error) {
 	f, err := os.OpenFile(filepath.Join(string(d), name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
 	if err != nil {
 		return nil, err
@@ -471,6 +479,11 @@ func (f syncedFile) Close() error {
 	}
 	return f.File.Close()
 }
+
+// abort closes without the fsync: flushing up to a whole file of data
+// about to be deleted would only delay the failure, and Close, which
+// waits for the receive.
+func (f syncedFile) abort() { _ = f.File.Close() }
 
 func fsyncDir(dir string) error {
 	d, err := os.Open(dir)
@@ -597,11 +610,16 @@ func readSnapshotFile(r io.Reader, sink fileSink, seen map[string]bool, buf []by
 	if err != nil {
 		return 0, fmt.Errorf("create %s: %w", name, err)
 	}
+	// The file is made durable (Close) only once it is whole and its
+	// checksum agrees; on any failure it is aborted.
+	ok := false
+	defer func() {
+		if !ok {
+			w.abort()
+		}
+	}()
 	crc := crc32.New(crcTable)
 	copied, err := io.CopyBuffer(io.MultiWriter(w, crc), io.LimitReader(r, int64(size)), buf)
-	if cerr := w.Close(); err == nil && cerr != nil {
-		return 0, fmt.Errorf("write %s: %w", name, cerr)
-	}
 	if err != nil {
 		return 0, fmt.Errorf("copy %s: %w", name, err)
 	}
@@ -614,6 +632,10 @@ func readSnapshotFile(r io.Reader, sink fileSink, seen map[string]bool, buf []by
 	}
 	if got, want := crc.Sum32(), binary.BigEndian.Uint32(sumb[:]); got != want {
 		return 0, fmt.Errorf("%w: file %s checksum %08x, stream says %08x", errProtocol, name, got, want)
+	}
+	ok = true // Close consumes w whatever it returns
+	if err := w.Close(); err != nil {
+		return 0, fmt.Errorf("write %s: %w", name, err)
 	}
 	return size, nil
 }

@@ -36,8 +36,9 @@ type memSink struct {
 type nopCloser struct{ io.Writer }
 
 func (nopCloser) Close() error { return nil }
+func (nopCloser) abort()       {}
 
-func (s *memSink) create(name string) (io.WriteCloser, error) {
+func (s *memSink) create(name string) (sinkFile, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.files == nil {
@@ -51,7 +52,7 @@ func (s *memSink) create(name string) (io.WriteCloser, error) {
 // discardSink drops file bytes: the decoder's work without disk or memory.
 type discardSink struct{}
 
-func (discardSink) create(string) (io.WriteCloser, error) { return nopCloser{io.Discard}, nil }
+func (discardSink) create(string) (sinkFile, error) { return nopCloser{io.Discard}, nil }
 
 func writeFiles(t testing.TB, dir string, files map[string][]byte) []string {
 	t.Helper()
@@ -377,5 +378,70 @@ func BenchmarkSnapshotStream(b *testing.B) {
 		if _, _, err := readSnapshotStream(pr, discardSink{}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// recordingSink notes which files were made durable (Close, which fsyncs
+// in dirSink) and which were given up (abort).
+type recordingSink struct {
+	mu              sync.Mutex
+	closed, aborted []string
+}
+
+type recordingFile struct {
+	io.Writer
+	s    *recordingSink
+	name string
+}
+
+func (f recordingFile) Close() error {
+	f.s.mu.Lock()
+	defer f.s.mu.Unlock()
+	f.s.closed = append(f.s.closed, f.name)
+	return nil
+}
+
+func (f recordingFile) abort() {
+	f.s.mu.Lock()
+	defer f.s.mu.Unlock()
+	f.s.aborted = append(f.s.aborted, f.name)
+}
+
+func (s *recordingSink) create(name string) (sinkFile, error) {
+	return recordingFile{Writer: io.Discard, s: s, name: name}, nil
+}
+
+// TestSnapshotStreamFailedFileNotSynced: a file the stream breaks off in,
+// or whose checksum is wrong, is about to be deleted with its directory;
+// fsyncing it first only delays the failure (and Close, which waits for
+// the receive) by flushing up to a whole file of doomed data.
+func TestSnapshotStreamFailedFileNotSynced(t *testing.T) {
+	files := map[string][]byte{"a.sst": bytes.Repeat([]byte("x"), 1000)}
+	good := encodeStream(t, snapMsg(1, 2, 7), files)
+	msgLen := int(binary.BigEndian.Uint32(good[8:]))
+	firstFile := 12 + msgLen
+	flipped := bytes.Clone(good)
+	flipped[firstFile+1+2+5+8+10] ^= 1
+	for name, stream := range map[string][]byte{
+		"cut mid-file":   good[:firstFile+1+2+5+8+500],
+		"cut before crc": good[:firstFile+1+2+5+8+1000],
+		"bad checksum":   flipped,
+	} {
+		t.Run(name, func(t *testing.T) {
+			sink := &recordingSink{}
+			if _, _, err := readSnapshotStream(bytes.NewReader(stream), sink); err == nil {
+				t.Fatal("accepted")
+			}
+			if len(sink.closed) != 0 || len(sink.aborted) != 1 {
+				t.Fatalf("failed file: synced %v, aborted %v; want it aborted, not synced", sink.closed, sink.aborted)
+			}
+		})
+	}
+	sink := &recordingSink{}
+	if _, _, err := readSnapshotStream(bytes.NewReader(good), sink); err != nil {
+		t.Fatal(err)
+	}
+	if len(sink.closed) != 1 || len(sink.aborted) != 0 {
+		t.Fatalf("good file: synced %v, aborted %v; want it synced", sink.closed, sink.aborted)
 	}
 }
