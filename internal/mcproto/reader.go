@@ -115,6 +115,9 @@ type Reader struct {
 	// speaks the text protocol, and a line starting with 0x80 is text.
 	text bool
 
+	// inValue is set while readBlock waits for a data block (Phase).
+	inValue bool
+
 	words [][]byte        // tokens of the current line, alias buf
 	key   [MaxKeyLen]byte // the key of a storage command, copied out of buf
 	keys  [][]byte        // Request.Keys for storage commands
@@ -137,6 +140,33 @@ func (r *Reader) Buffered() int {
 		return 0
 	}
 	return int(n)
+}
+
+// Phase is what a Reader is reading.
+type Phase uint8
+
+const (
+	// PhaseLine: a request line, or nothing yet.
+	PhaseLine Phase = iota
+	// PhaseValue: the data block of a storage command.
+	PhaseValue
+	// PhaseSwallow: the rest of a data block rejected as too large, which
+	// is discarded.
+	PhaseSwallow
+)
+
+// Phase reports what the Reader is in the middle of reading. A server calls
+// it from the underlying reader's Read, that is while Next waits for bytes,
+// to show the connection's state (memcached's conn_read, conn_nread and
+// conn_swallow in `stats conns`).
+func (r *Reader) Phase() Phase {
+	switch {
+	case r.skip > 0:
+		return PhaseSwallow
+	case r.inValue:
+		return PhaseValue
+	}
+	return PhaseLine
 }
 
 // Next parses the next request into req, overwriting all its fields. Keys
@@ -363,6 +393,8 @@ func multigetPrefix(b []byte) tristate {
 // readBlock returns the next n bytes and consumes them. The result aliases
 // buf when it fits there, r.data otherwise.
 func (r *Reader) readBlock(n int) ([]byte, error) {
+	r.inValue = true
+	defer func() { r.inValue = false }()
 	if n <= len(r.buf) || r.end-r.pos >= n {
 		if r.end-r.pos < n && r.pos > 0 && len(r.buf)-r.pos < n {
 			r.end = copy(r.buf, r.buf[r.pos:r.end])

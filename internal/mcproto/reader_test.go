@@ -394,6 +394,56 @@ func TestBufferedTooLarge(t *testing.T) {
 	assert.Equal(t, len("get a\r\n"), pr.Buffered())
 }
 
+// phaseReader serves one chunk per Read and records the Reader's Phase at
+// each Read, as the server's `stats conns` reads it.
+type phaseReader struct {
+	chunks []string
+	pr     *Reader
+	phases []Phase
+}
+
+func (p *phaseReader) Read(b []byte) (int, error) {
+	p.phases = append(p.phases, p.pr.Phase())
+	if len(p.chunks) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(b, p.chunks[0])
+	p.chunks = p.chunks[1:]
+	return n, nil
+}
+
+// TestPhase: a Read made for a line, for the rest of a data block (small
+// or larger than the read buffer) and for the rest of a value too large is
+// told apart.
+func TestPhase(t *testing.T) {
+	big := strings.Repeat("x", 2*initialBufSize)
+	src := &phaseReader{chunks: []string{
+		"get a", "\r\nset a 0 0 3\r\nx", "y", "z\r\n",
+		"set b 0 0 " + strconv.Itoa(len(big)) + "\r\n", big[:10], big[10:] + "\r\n",
+		"set c 0 0 100\r\nxx", strings.Repeat("x", 98), "\r\nget c\r\n",
+	}}
+	pr := NewReader(src, Limits{MaxItemSize: 3 * initialBufSize})
+	src.pr = pr
+	var req Request
+	require.NoError(t, pr.Next(&req)) // get a
+	require.NoError(t, pr.Next(&req)) // set a
+	require.NoError(t, pr.Next(&req)) // set b
+	assert.Equal(t, big, string(req.Data))
+	pr.lim.MaxItemSize = 10
+	var pe *Error
+	require.ErrorAs(t, pr.Next(&req), &pe) // set c: too large
+	require.NoError(t, pr.Next(&req))      // get c
+	assert.Equal(t, PhaseLine, pr.Phase())
+	assert.ErrorIs(t, pr.Next(&req), io.EOF)
+	assert.Equal(t, []Phase{
+		PhaseLine, PhaseLine, // get a
+		PhaseValue, PhaseValue, // set a's block
+		PhaseLine, PhaseValue, PhaseValue, // set b's line, then its big block
+		PhaseLine, PhaseSwallow, PhaseSwallow, // set c's line, then its rest
+		PhaseLine, // EOF
+	}, src.phases)
+}
+
 // countingReader serves n bytes of a repeated pattern and counts them, to
 // check that a huge declared value is streamed, not buffered.
 type countingReader struct {

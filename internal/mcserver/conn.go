@@ -111,18 +111,32 @@ type conn struct {
 	addr    string
 	state   atomic.Uint32
 	lastCmd atomic.Int64
+	// gotInput is set once the client has sent a byte; the reader's own.
+	gotInput bool
 }
 
 // Connection states as `stats conns` names them (memcached's conn_* states
-// that a kvd connection can be in).
-// An idle connection is conn_new_cmd, as in memcached.
+// that a kvd connection can be in). As in memcached 1.6, a connection is
+// conn_new_cmd until it first waits for bytes; from then on, waiting for a
+// line (idle after a reply, or a line cut short) is conn_read, waiting for
+// a data block conn_nread, and discarding a value too large conn_swallow.
 const (
 	stateNewCmd uint32 = iota
 	stateParseCmd
 	stateClosing
+	stateRead
+	stateNRead
+	stateSwallow
 )
 
-var stateNames = [...]string{"conn_new_cmd", "conn_parse_cmd", "conn_closing"}
+var stateNames = [...]string{"conn_new_cmd", "conn_parse_cmd", "conn_closing", "conn_read", "conn_nread", "conn_swallow"}
+
+// waitStates maps what the reader waits for to the connection's state.
+var waitStates = [...]uint32{
+	mcproto.PhaseLine:    stateRead,
+	mcproto.PhaseValue:   stateNRead,
+	mcproto.PhaseSwallow: stateSwallow,
+}
 
 // connID returns nc's file descriptor, the ID memcached uses in `stats
 // conns`, or for a connection without one (a pipe in tests) a sequence
@@ -214,7 +228,8 @@ func (c *conn) readLoop() {
 	defer c.state.Store(stateClosing)
 	st := c.s.stats
 	for {
-		c.state.Store(stateNewCmd)
+		// The state stays conn_parse_cmd while Next parses what is
+		// buffered; flushBeforeRead marks the wait for more bytes.
 		err := c.r.Next(&req)
 		start := time.Since(st.Started)
 		c.state.Store(stateParseCmd)
@@ -315,12 +330,22 @@ type flushBeforeRead struct {
 }
 
 func (f flushBeforeRead) Read(p []byte) (int, error) {
+	// The reader is about to wait for bytes (Read is called on the
+	// reader's goroutine, inside Next, so Phase is safe to call). Until
+	// the client has sent anything it stays conn_new_cmd.
+	if ph := f.c.r.Phase(); f.c.gotInput && int(ph) < len(waitStates) {
+		f.c.state.Store(waitStates[ph])
+	}
 	// With replies queued the writer holds the lock, maybe for long
 	// (a client slow to read), and its flush covers these bytes.
 	if f.c.unflushed.Load() && f.c.queued.Load() == 0 {
 		f.c.flushHeld()
 	}
-	return f.r.Read(p)
+	n, err := f.r.Read(p)
+	if n > 0 {
+		f.c.gotInput = true
+	}
+	return n, err
 }
 
 // flushHeld flushes what writeNow left in the buffer. With replies queued,

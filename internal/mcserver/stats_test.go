@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvd-project/kvd/internal/config"
 )
 
 type client struct {
@@ -71,15 +73,17 @@ func TestStatsConns(t *testing.T) {
 	idle := dial(t, n.MemcacheAddr())
 	require.Equal(t, []string{"VERSION 1.6.21"}, idle.do("version\r\n", "VERSION 1.6.21"))
 	me := dial(t, n.MemcacheAddr())
-	// The idle connection's reader marks itself back in conn_new_cmd just
-	// after its reply is written, so the client may ask before it has.
+	// The idle connection's reader marks itself conn_read (memcached's
+	// state for a connection waiting for its next line) when it waits for
+	// more bytes, just after its reply is written, so the client may ask
+	// before it has.
 	idleAddr := "tcp:" + idle.nc.LocalAddr().String()
 	var st map[string]string
 	require.Eventually(t, func() bool {
 		st = stats(t, me.do("stats conns\r\n"))
 		for k, v := range st {
 			if id, field, _ := strings.Cut(k, ":"); field == "addr" && v == idleAddr {
-				return st[id+":state"] == "conn_new_cmd"
+				return st[id+":state"] == "conn_read"
 			}
 		}
 		return false
@@ -114,8 +118,62 @@ func TestStatsConns(t *testing.T) {
 
 	idleID, ok := byAddr[idleAddr]
 	require.True(t, ok, "idle connection missing in %v", st)
-	require.Equal(t, "conn_new_cmd", st[idleID+":state"])
+	require.Equal(t, "conn_read", st[idleID+":state"])
 	require.Len(t, byAddr, 3)
+}
+
+// TestStatsConnsStates: each connection is in the state memcached 1.6.18
+// shows for it: conn_new_cmd before its first request, conn_read while it
+// waits for a line (idle after a reply, or a line cut short), conn_nread
+// while a storage command's data block arrives, and conn_swallow while a
+// value too large is discarded.
+func TestStatsConnsStates(t *testing.T) {
+	n := startNode(t, func(c *config.Config) { c.MaxItemSize = 1024 })
+	fresh := dial(t, n.MemcacheAddr())
+	idle := dial(t, n.MemcacheAddr())
+	require.Equal(t, []string{"STORED"}, idle.do("set k 0 0 1\r\nx\r\n", "STORED"))
+	partLine := dial(t, n.MemcacheAddr())
+	partBlock := dial(t, n.MemcacheAddr())
+	swallow := dial(t, n.MemcacheAddr())
+	for c, req := range map[*client]string{
+		partLine:  "get k",
+		partBlock: "set k 0 0 10\r\nabc",
+		swallow:   "set k 0 0 5000\r\nabc",
+	} {
+		_, err := c.nc.Write([]byte(req))
+		require.NoError(t, err)
+	}
+	want := map[*client]string{
+		fresh:     "conn_new_cmd",
+		idle:      "conn_read",
+		partLine:  "conn_read",
+		partBlock: "conn_nread",
+		swallow:   "conn_swallow",
+	}
+	me := dial(t, n.MemcacheAddr())
+	// Each reader marks its state when it starts to wait for bytes, which
+	// may be after the client's write returns: poll.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := stats(t, me.do("stats conns\r\n"))
+		got := map[string]string{} // state by client address
+		for k, v := range st {
+			if id, field, _ := strings.Cut(k, ":"); field == "addr" {
+				got[v] = st[id+":state"]
+			}
+		}
+		mismatch := ""
+		for c, state := range want {
+			if addr := "tcp:" + c.nc.LocalAddr().String(); got[addr] != state {
+				mismatch = addr + " is " + got[addr] + ", want " + state
+			}
+		}
+		if mismatch == "" {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "%s (all: %v)", mismatch, got)
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func TestStatsRaft(t *testing.T) {
