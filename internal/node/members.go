@@ -116,7 +116,7 @@ func (n *Node) idOfName(name string) replica.NodeID {
 func (n *Node) watchMembers(ctx context.Context) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
-	var nextPublish, nextProbe time.Time
+	var nextPublish, nextProbe, nextAsk time.Time
 	for {
 		st := n.rep.Status()
 		if n.leftCluster(st) {
@@ -125,6 +125,10 @@ func (n *Node) watchMembers(ctx context.Context) {
 		}
 		if err := n.syncPeers(st); err != nil {
 			n.logger.Error("peer transport", "err", err)
+		}
+		if time.Now().After(nextAsk) && n.needsLeaderAddr(st) {
+			n.learnLeaderAddr(ctx, st.Leader)
+			nextAsk = time.Now().Add(askLeaderEvery)
 		}
 		if st.Leader == 0 && time.Now().After(nextProbe) {
 			// A member that hears from no leader dials its peers: one
@@ -193,8 +197,11 @@ func (n *Node) syncPeers(st replica.Status) error {
 		}
 	}
 	catchingUp := n.catchingUp(st)
+	if n.learned != 0 && (n.learned != uint64(st.Leader) || want[n.learned] != "") {
+		n.learned = 0 // no longer the leader, or known by now
+	}
 	for id := range n.peerAddrs {
-		if _, ok := want[id]; ok {
+		if _, ok := want[id]; ok || id == n.learned {
 			continue
 		}
 		if catchingUp && slices.ContainsFunc(n.ms.Members, func(m member) bool { return m.ID == id }) {

@@ -57,6 +57,10 @@ type Node struct {
 	sender    *lazySender
 	peerMu    sync.Mutex
 	peerAddrs map[uint64]string
+	// learned is the leader raft follows, when neither its configuration
+	// nor the member table gave its address and another member's did
+	// (leaderaddr.go); 0: none. Under peerMu.
+	learned   uint64
 	stopWatch context.CancelFunc
 	// versionHeld is why the leader last kept the cluster version where
 	// it was (logged when it changes); owned by watchClusterVersion.

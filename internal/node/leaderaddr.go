@@ -1,0 +1,106 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/kvd-project/kvd/internal/httpapi"
+	"github.com/kvd-project/kvd/internal/replica"
+)
+
+// A member restarted after others joined and one of them took the lead
+// hears from a leader that neither its configuration nor its member table
+// knows: it learns the leader's address only by applying the leader's
+// entries, and it cannot get them, because its answers to the leader are
+// dropped for want of an address (the leader probes once and waits for an
+// answer that never comes). etcd's peers learn a sender's address from its
+// connection; kvd's connections carry one direction only, so the member
+// asks the members it knows, over HTTP, where their leader is. The
+// handshake checks the address: a dial reaches only the member whose ID
+// it names (transport statusWrongNode), so a stale or wrong answer costs a
+// failed dial, never a message to the wrong node.
+
+// askLeaderEvery spaces the rounds of asking, askLeaderTimeout bounds one.
+const (
+	askLeaderEvery   = time.Second
+	askLeaderTimeout = 2 * time.Second
+)
+
+// needsLeaderAddr reports whether st follows a leader the transport has no
+// address for.
+func (n *Node) needsLeaderAddr(st replica.Status) bool {
+	if st.Leader == 0 || st.Leader == st.ID {
+		return false
+	}
+	n.peerMu.Lock()
+	defer n.peerMu.Unlock()
+	return n.peers != nil && n.peerAddrs[uint64(st.Leader)] == ""
+}
+
+// learnLeaderAddr asks the members whose HTTP address the member table
+// holds for leader's peer address, and gives the first one found to the
+// transport until syncPeers finds the leader in the configuration (or
+// raft follows another).
+func (n *Node) learnLeaderAddr(ctx context.Context, leader replica.NodeID) {
+	ctx, cancel := context.WithTimeout(ctx, askLeaderTimeout)
+	defer cancel()
+	self := uint64(IDOf(n.cfg.Name))
+	var errs []error
+	for id, m := range n.rows() {
+		if id == self || m.HTTPAddr == "" {
+			continue
+		}
+		addr, err := askPeerAddr(ctx, m.HTTPAddr, leader)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", m.Name, err))
+			continue
+		}
+		n.peerMu.Lock()
+		if n.peers != nil && n.peerAddrs[uint64(leader)] == "" {
+			n.peers.AddPeer(uint64(leader), addr)
+			n.peerAddrs[uint64(leader)] = addr
+			n.learned = uint64(leader)
+		}
+		n.peerMu.Unlock()
+		n.logger.Info("learned the leader's peer address from another member", "leader", leader, "peer_addr", addr, "from", m.Name)
+		return
+	}
+	n.logger.Debug("no member told the leader's peer address", "leader", leader, "errs", errs)
+}
+
+// askPeerAddr reads id's peer address from the member at httpAddr (GET
+// /v1/cluster, that member's applied configuration and member table).
+func askPeerAddr(ctx context.Context, httpAddr string, id replica.NodeID) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/v1/cluster", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return "", fmt.Errorf("GET /v1/cluster: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET /v1/cluster: %s", resp.Status)
+	}
+	var cs httpapi.ClusterStatus
+	if err := json.Unmarshal(body, &cs); err != nil {
+		return "", fmt.Errorf("GET /v1/cluster: %w", err)
+	}
+	want := strconv.FormatUint(uint64(id), 16)
+	for _, m := range cs.Members {
+		if m.ID == want && m.PeerAddr != "" {
+			return m.PeerAddr, nil
+		}
+	}
+	return "", fmt.Errorf("GET /v1/cluster: member %s not listed with a peer address", want)
+}
