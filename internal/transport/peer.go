@@ -165,7 +165,13 @@ func (p *peer) run() {
 			continue
 		}
 		clear(batch) // do not pin sent messages until the next batch
-		backoff = 0
+		// The backoff ends once the connection has lasted: a write the
+		// kernel took proves little on one the far side drops at once (a
+		// frame it refuses, another process with the same node ID taking
+		// its place), and resetting on it redialled every 25-50 ms for good.
+		if time.Since(w.connectedAt) >= p.t.cfg.MaxBackoff {
+			backoff = 0
+		}
 	}
 }
 
@@ -204,6 +210,8 @@ type writer struct {
 	release  func() bool // unregisters the close-on-cancel hook
 	enc      frameEncoder
 	failText string // failureKey of the last failure logged at warn
+	// connectedAt is when the handshake of conn completed.
+	connectedAt time.Time
 }
 
 // refusedError is a handshake the remote side answered with a refusal.
@@ -244,7 +252,7 @@ func (w *writer) connect() error {
 		}
 		return err
 	}
-	w.conn = conn
+	w.conn, w.connectedAt = conn, time.Now()
 	w.release = afterFunc(p.ctx, func() { conn.Close() })
 	p.connected.Store(true)
 	p.rtt.Store(int64(rtt))

@@ -611,3 +611,48 @@ func TestTCPProbeDialEndedByAddressChange(t *testing.T) {
 	t1.AddPeer(2, t2.Addr())
 	waitFor(t, "the queued snapshot reported failed", func() bool { return rec1.hasSnap(snapReport{2, true}) })
 }
+
+// A peer that completes the handshake and drops the connection at once (a
+// frame it refuses, or another process with the same node ID taking the
+// connection's place) is redialled with a growing backoff: the backoff
+// used to end at the first write the kernel took, and the writer
+// redialled every 25-50 ms for good, each dial logged at info. Over about
+// 1.5 s at a 100 ms cap that was some 40 dials; doubling from 50 ms to the
+// cap makes at most about 17.
+func TestTCPBackoffSurvivesConnectionsDroppedAtOnce(t *testing.T) {
+	checkNoLeak(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(waitTimeout))
+				if _, err := readHello(c); err != nil {
+					return
+				}
+				_, _ = c.Write(response{Version: ProtocolVersion, Status: statusOK, ClusterID: 7, ID: 2}.marshal())
+			}()
+		}
+	}()
+	tr := newTCP(t, fastConfig(7, 1, map[uint64]string{2: ln.Addr().String()}), newRecorder(), nil)
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for i := uint64(1); time.Now().Before(deadline); i++ {
+		tr.Send([]*pb.Message{app(1, 2, i)})
+		time.Sleep(5 * time.Millisecond)
+	}
+	dials := tr.Stats().Peers[2].Dials
+	if dials < 2 {
+		t.Fatalf("%d dials: the peer was not redialled at all", dials)
+	}
+	if dials > 20 {
+		t.Fatalf("%d dials in 1.5 s to a peer that drops every connection at once: the backoff did not grow", dials)
+	}
+}
