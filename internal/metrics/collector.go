@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvd-project/kvd/internal/fsm"
 	"github.com/kvd-project/kvd/internal/mcserver"
 )
 
@@ -174,17 +175,15 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.role, b2f(st.Role == r), r)
 	}
 
-	fs := c.src.Store.Stats()
+	fs, pebble := c.storeStats()
 	gauge(c.fsmApplied, float64(fs.Applied))
 	gauge(c.fsmDurable, float64(fs.Durable))
 	gauge(c.diskUsage, float64(fs.DiskBytes), "state")
 	gauge(c.items, float64(max(fs.Items, 0)))
 	gauge(c.valueBytes, float64(max(fs.Bytes, 0)))
 	gauge(c.compactionDebt, float64(fs.CompactionDebt), "state")
-	// Pebble's counters belong to the open store: a snapshot install
-	// reopens it and they restart at 0 mid-process.
-	counter(c.cacheHits, c.pebble.value(pebbleBlockHits, fs.BlockCacheHits), "state")
-	counter(c.cacheMisses, c.pebble.value(pebbleBlockMisses, fs.BlockCacheMisses), "state")
+	counter(c.cacheHits, pebble[pebbleBlockHits], "state")
+	counter(c.cacheMisses, pebble[pebbleBlockMisses], "state")
 	counter(c.itemCacheLookups, float64(fs.ItemCacheHits), "hit")
 	counter(c.itemCacheLookups, float64(fs.ItemCacheMisses), "miss")
 	gauge(c.itemCacheBytes, float64(fs.ItemCacheBytes))
@@ -192,8 +191,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.keyFilterBytes, float64(fs.KeyFilterBytes))
 	gauge(c.openFiles, float64(fs.OpenFiles), "state")
 	gauge(c.openFilesLimit, float64(fs.MaxOpenFiles), "state")
-	counter(c.fileHits, c.pebble.value(pebbleFileHits, fs.FileCacheHits), "state")
-	counter(c.fileMisses, c.pebble.value(pebbleFileMisses, fs.FileCacheMisses), "state")
+	counter(c.fileHits, pebble[pebbleFileHits], "state")
+	counter(c.fileMisses, pebble[pebbleFileMisses], "state")
 
 	if c.src.Log != nil {
 		ls := c.src.Log.Stats()
@@ -218,6 +217,29 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	c.requests.each(func(k requestKey, v uint64) {
 		counter(c.requestsTotal, float64(v), k.protocol, k.command, k.result)
 	})
+}
+
+// storeStats reads the state store and its Pebble counters made monotonic.
+// Pebble's counters belong to the open store: a snapshot install reopens it
+// and they restart at 0 mid-process. The read and the fold into monotonic
+// are one step under monotonic's lock: two scrapes at once (an HA pair of
+// Prometheus servers, a curl beside one) could otherwise read the counters
+// in one order and fold them in the other, and the fold of the older, lower
+// read was taken for a reopen, adding the whole count to the base again.
+// Store.Stats never waits for a write or a snapshot install, so a scrape
+// waits here at most for another scrape's read.
+func (c *nodeCollector) storeStats() (fsm.Stats, [numPebbleCounters]float64) {
+	c.pebble.mu.Lock()
+	defer c.pebble.mu.Unlock()
+	fs := c.src.Store.Stats()
+	var out [numPebbleCounters]float64
+	for i, raw := range [numPebbleCounters]int64{
+		pebbleBlockHits: fs.BlockCacheHits, pebbleBlockMisses: fs.BlockCacheMisses,
+		pebbleFileHits: fs.FileCacheHits, pebbleFileMisses: fs.FileCacheMisses,
+	} {
+		out[i] = c.pebble.valueLocked(i, raw)
+	}
+	return fs, out
 }
 
 func (c *nodeCollector) collectMemcache(m *mcserver.Stats, ch chan<- prometheus.Metric, gauge, counter func(*prometheus.Desc, float64, ...string)) {
@@ -277,13 +299,14 @@ const (
 // base. Increments between the last scrape and the reopen are lost; the
 // series never goes down.
 type monotonic struct {
-	mu         sync.Mutex // scrapes may run concurrently
+	// mu is held from reading the raw counters to folding them in: see
+	// nodeCollector.storeStats.
+	mu         sync.Mutex
 	last, base [numPebbleCounters]int64
 }
 
-func (m *monotonic) value(i int, raw int64) float64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+// valueLocked folds in raw, read under m.mu, for counter i.
+func (m *monotonic) valueLocked(i int, raw int64) float64 {
 	raw = max(raw, 0)
 	if raw < m.last[i] {
 		m.base[i] += m.last[i]

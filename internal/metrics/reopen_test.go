@@ -1,7 +1,10 @@
 package metrics_test
 
 import (
+	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,4 +100,87 @@ func TestHTTPBucketsResolveFastRequests(t *testing.T) {
 		require.True(t, ok, "no bucket le=%v", le)
 		require.Equal(t, want, n, "le=%v", le)
 	}
+}
+
+// gatedStore counts up its Pebble counters on every read; the first read
+// waits for release, so that a second scrape can read while it is held.
+type gatedStore struct {
+	mu      sync.Mutex
+	calls   int
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *gatedStore) Stats() fsm.Stats {
+	s.mu.Lock()
+	s.calls++
+	n := s.calls
+	s.mu.Unlock()
+	if n == 1 {
+		close(s.entered)
+		<-s.release
+	}
+	v := int64(99 + n) // 100, 101, 102...
+	return fsm.Stats{BlockCacheHits: v, BlockCacheMisses: v, FileCacheHits: v, FileCacheMisses: v}
+}
+
+// blockedInCollect reports whether a goroutine waits for a mutex inside the
+// node collector's Collect.
+func blockedInCollect() bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "(*nodeCollector).Collect") && strings.Contains(g, "SemacquireMutex") {
+			return true
+		}
+	}
+	return false
+}
+
+// Two scrapes at once (an HA pair of Prometheus servers, or a curl beside
+// one) may read the store in one order and fold its Pebble counters into
+// the monotonic ones in the other. The later fold then saw a value below the
+// last one, took it for a store reopen, and added the whole count to the
+// base again: the counter doubled, and rate() drew a spike as high as the
+// node's lifetime total.
+func TestPebbleCountersUnderConcurrentScrapes(t *testing.T) {
+	store := &gatedStore{entered: make(chan struct{}), release: make(chan struct{})}
+	r := metrics.New(metrics.Sources{
+		Raft:  fakeRaft{replica.Status{ID: 1, Leader: 1, Role: "leader", Voters: []replica.NodeID{1}, Ready: true}},
+		Store: store,
+	})
+	read := func() (float64, error) {
+		fams, err := r.Gatherer().Gather()
+		if err != nil {
+			return 0, err
+		}
+		for _, f := range fams {
+			if f.GetName() == "kvd_storage_block_cache_hits_total" {
+				return f.GetMetric()[0].GetCounter().GetValue(), nil
+			}
+		}
+		return 0, nil
+	}
+	type result struct {
+		v   float64
+		err error
+	}
+	first, second := make(chan result, 1), make(chan result, 1)
+	go func() { v, err := read(); first <- result{v, err} }()
+	<-store.entered // the first scrape has read nothing yet
+	var secondDone atomic.Bool
+	go func() { v, err := read(); secondDone.Store(true); second <- result{v, err} }()
+	// The second scrape either reads the store and finishes while the first
+	// one is held, or waits for it.
+	require.Eventually(t, func() bool { return secondDone.Load() || blockedInCollect() },
+		30*time.Second, time.Millisecond)
+	close(store.release)
+	a, b := <-first, <-second
+	require.NoError(t, a.err)
+	require.NoError(t, b.err)
+	// Three reads of 100, 101 and 102 hits: no scrape may show more.
+	require.LessOrEqual(t, max(a.v, b.v), 101.0, "scrapes showed %v and %v", a.v, b.v)
+	v, err := read()
+	require.NoError(t, err)
+	require.Equal(t, 102.0, v)
 }
