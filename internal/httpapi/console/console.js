@@ -126,6 +126,12 @@ async function runAction() {
   // A "close" listener that cleared pendingAction raced with a dialog
   // reopened right after a cancel: the queued close event of the first
   // dialog wiped the second one's action, and Confirm did nothing.
+  //
+  // The dialog can be closed (Escape, Cancel) while the request is in
+  // flight, and another action opened in it: the reply then belongs to an
+  // action the dialog no longer shows. It must not close that dialog, drop
+  // its action or put its error there, and a failure goes to the message
+  // line rather than into a dialog nobody sees.
   const a = pendingAction;
   if (!a || !$("confirm").open) return;
   const ok = $("confirm-ok");
@@ -143,12 +149,18 @@ async function runAction() {
       const msg = data && typeof data.error === "string" ? data.error : "";
       throw new Error(msg ? msg + " (HTTP " + resp.status + ")" : "HTTP " + resp.status);
     }
-    pendingAction = null;
-    $("confirm").close();
+    if (pendingAction === a) {
+      pendingAction = null;
+      $("confirm").close();
+    }
     showMessage(a.done, "ok");
   } catch (e) {
-    $("confirm-error").textContent = e.message;
-    ok.disabled = false;
+    if (pendingAction === a && $("confirm").open) {
+      $("confirm-error").textContent = e.message;
+      ok.disabled = false;
+    } else {
+      showMessage(a.title.replace(/\?$/, "") + " failed: " + e.message, "bad");
+    }
   }
 }
 
@@ -181,6 +193,24 @@ function logLeader(cluster) {
   lastLeader = leader;
 }
 
+// The running totals /v1/stats reports, which the charts difference.
+const TOTALS = ["memcache_commands", "http_requests", "http_latency_count", "http_latency_sum_seconds"];
+
+// totalsDelta is what each total counted between two polls. The totals all
+// start again at 0 when the node restarts: if any went down, each is taken
+// as counted from 0 since (as Prometheus's rate() takes a reset). Clamping
+// each difference at 0 instead showed no traffic for that interval, and
+// once a count had grown past its old value, the difference of two
+// unrelated counts: a wrong rate, and a negative mean latency.
+function totalsDelta(t, p) {
+  const cur = TOTALS.map((k) => Number(t[k]) || 0);
+  const old = TOTALS.map((k) => Number(p[k]) || 0);
+  const reset = cur.some((v, i) => v < old[i]);
+  const d = {};
+  TOTALS.forEach((k, i) => { d[k] = reset ? cur[i] : cur[i] - old[i]; });
+  return d;
+}
+
 function render(s) {
   const c = s.cluster;
   setText("node", (s.name || c.self) + " · " + (c.members || []).length + " member(s)");
@@ -199,13 +229,12 @@ function render(s) {
 
   if (prev && s.time_ms > prev.time_ms) {
     const dt = (s.time_ms - prev.time_ms) / 1000;
-    const t = s.totals || {}, p = prev.totals || {};
-    const rate = (a, b) => Math.max(0, ((a || 0) - (b || 0)) / dt);
-    push(series.memcache, rate(t.memcache_commands, p.memcache_commands));
-    push(series.http, rate(t.http_requests, p.http_requests));
-    push(series.applied, rate(c.applied, prev.cluster.applied));
-    const dn = (t.http_latency_count || 0) - (p.http_latency_count || 0);
-    const ds = (t.http_latency_sum_seconds || 0) - (p.http_latency_sum_seconds || 0);
+    const d = totalsDelta(s.totals || {}, prev.totals || {});
+    push(series.memcache, d.memcache_commands / dt);
+    push(series.http, d.http_requests / dt);
+    // An index, not a counter: a member rebuilt from a snapshot may go back.
+    push(series.applied, Math.max(0, ((c.applied || 0) - (prev.cluster.applied || 0)) / dt));
+    const dn = d.http_latency_count, ds = d.http_latency_sum_seconds;
     push(series.latency, dn > 0 ? (ds / dn) * 1000 : 0);
     drawChart($("ops"), [series.memcache, series.http, series.applied]);
     drawChart($("latency"), [series.latency]);
