@@ -267,6 +267,11 @@ func CheckName(name string) error {
 	if !utf8.ValidString(name) {
 		return errors.New("must be valid UTF-8")
 	}
+	if name == "." || name == ".." {
+		// A URL path cleans them away: /v1/cluster/members/.. is the
+		// members list, so such a member could never be removed.
+		return errors.New("must not be . or ..")
+	}
 	for _, r := range name {
 		switch {
 		case r == '/' || r == ',' || r == '=':
