@@ -179,6 +179,9 @@ type FSM struct {
 
 	// lastPebble is what Stats last read from Pebble (pebbleFigures).
 	lastPebble atomic.Pointer[pebbleFigures]
+	// storeGen counts the Pebble instances opened (Open, each install),
+	// written under dbMu's write lock: Stats tells a reopen by it.
+	storeGen uint64
 
 	// scratch buffers reused by Apply (single goroutine).
 	kbuf []byte
@@ -228,7 +231,7 @@ func Open(dir string, logger *slog.Logger, opts Options) (*FSM, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &FSM{db: db, dir: dir, opts: opts, logger: logger, health: health,
+	f := &FSM{db: db, storeGen: 1, dir: dir, opts: opts, logger: logger, health: health,
 		cache: newItemCache(max(opts.ItemCacheBytes, 0)), keys: newKeyFilter(logger),
 		inBatch: make(map[string]struct{})}
 	f.setMeta(meta)
@@ -324,6 +327,11 @@ type Stats struct {
 	// behind; BlockCacheHits and BlockCacheMisses count block cache lookups.
 	CompactionDebt                   uint64
 	BlockCacheHits, BlockCacheMisses int64
+	// StoreGen numbers the Pebble instance the Pebble figures (the block
+	// and file cache counters, which restart at 0 in a new instance) come
+	// from: it changes when a snapshot install reopens the store. 0: no
+	// store was read (closed, or an install failed).
+	StoreGen uint64
 	// The item cache: lookups answered from it and not, entries and bytes.
 	ItemCacheHits, ItemCacheMisses   uint64
 	ItemCacheEntries, ItemCacheBytes int64
@@ -355,6 +363,7 @@ func (f *FSM) Stats() Stats {
 	s.DiskBytes, s.CompactionDebt = p.DiskBytes, p.CompactionDebt
 	s.BlockCacheHits, s.BlockCacheMisses = p.BlockCacheHits, p.BlockCacheMisses
 	s.OpenFiles, s.FileCacheHits, s.FileCacheMisses = p.OpenFiles, p.FileCacheHits, p.FileCacheMisses
+	s.StoreGen = p.Gen
 	s.MaxOpenFiles = int64(f.opts.MaxOpenFiles)
 	return s
 }
@@ -366,6 +375,7 @@ type pebbleFigures struct {
 	BlockCacheHits, BlockCacheMisses int64
 	OpenFiles                        int64
 	FileCacheHits, FileCacheMisses   int64
+	Gen                              uint64 // FSM.storeGen of the instance read
 }
 
 // pebbleFigures reads Pebble's metrics, or, while a snapshot install or
@@ -393,6 +403,7 @@ func (f *FSM) pebbleFigures() pebbleFigures {
 		OpenFiles:        m.FileCache.TableCount + m.FileCache.BlobFileCount,
 		FileCacheHits:    m.FileCache.Hits,
 		FileCacheMisses:  m.FileCache.Misses,
+		Gen:              f.storeGen,
 	}
 	f.lastPebble.Store(&p)
 	return p

@@ -323,6 +323,7 @@ func (f *FSM) InstallSnapshot(src string, minApplied uint64) error {
 		return fmt.Errorf("install snapshot: %w", err)
 	}
 	f.db = db
+	f.storeGen++
 	f.setMeta(meta)
 	f.keys.rebuild(db, int64(meta.items), false)
 	if err := f.loadMembers(meta.applied); err != nil {

@@ -233,11 +233,12 @@ func (c *nodeCollector) storeStats() (fsm.Stats, [numPebbleCounters]float64) {
 	defer c.pebble.mu.Unlock()
 	fs := c.src.Store.Stats()
 	var out [numPebbleCounters]float64
-	for i, raw := range [numPebbleCounters]int64{
+	c.pebble.foldLocked(fs.StoreGen, [numPebbleCounters]int64{
 		pebbleBlockHits: fs.BlockCacheHits, pebbleBlockMisses: fs.BlockCacheMisses,
 		pebbleFileHits: fs.FileCacheHits, pebbleFileMisses: fs.FileCacheMisses,
-	} {
-		out[i] = c.pebble.valueLocked(i, raw)
+	})
+	for i := range out {
+		out[i] = float64(c.pebble.base[i] + c.pebble.last[i])
 	}
 	return fs, out
 }
@@ -294,23 +295,36 @@ const (
 // monotonic turns counters that restart at 0 when the state store is
 // reopened (a snapshot install closes Pebble and opens the received store,
 // with a new block cache and file cache) into counters that only go up, as
-// Prometheus requires within one process: a drop below the last value read
-// is taken as a restart, and what had been counted before it is kept as a
-// base. Increments between the last scrape and the reopen are lost; the
-// series never goes down.
+// Prometheus requires within one process. The store's generation
+// (fsm.Stats.StoreGen) tells a reopen: what had been counted before it is
+// kept as a base. A read of the same store lower than the last one is an
+// older figure served late (Stats answers with the last figures read while
+// an install holds the store) and is not taken for a reopen, nor is a read
+// of no store (generation 0). Increments between the last scrape and the
+// reopen are lost; the series never goes down.
 type monotonic struct {
 	// mu is held from reading the raw counters to folding them in: see
 	// nodeCollector.storeStats.
 	mu         sync.Mutex
+	gen        uint64
 	last, base [numPebbleCounters]int64
 }
 
-// valueLocked folds in raw, read under m.mu, for counter i.
-func (m *monotonic) valueLocked(i int, raw int64) float64 {
-	raw = max(raw, 0)
-	if raw < m.last[i] {
-		m.base[i] += m.last[i]
+// foldLocked takes in raw, read under m.mu from store generation gen.
+func (m *monotonic) foldLocked(gen uint64, raw [numPebbleCounters]int64) {
+	if gen == 0 {
+		return
 	}
-	m.last[i] = raw
-	return float64(m.base[i] + raw)
+	if gen != m.gen {
+		if m.gen != 0 {
+			for i := range m.base {
+				m.base[i] += m.last[i]
+				m.last[i] = 0
+			}
+		}
+		m.gen = gen
+	}
+	for i, v := range raw {
+		m.last[i] = max(m.last[i], v)
+	}
 }

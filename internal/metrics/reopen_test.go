@@ -58,19 +58,28 @@ func TestPebbleCountersSurviveStoreReopen(t *testing.T) {
 	}
 	steps := []struct {
 		name                     string
+		gen                      uint64
 		blockHits, blockMiss     int64
 		fileHits, fileMiss       int64
 		wantBlockHits, wantFileM float64
 	}{
-		{"before the install", 100, 10, 50, 5, 100, 5},
-		{"more traffic", 150, 12, 60, 7, 150, 7},
-		{"store reopened", 3, 1, 2, 1, 153, 8},
-		{"traffic after", 30, 4, 9, 3, 180, 10},
-		{"reopened again", 0, 0, 0, 0, 180, 10},
-		{"traffic again", 5, 1, 1, 1, 185, 11},
+		{"before the install", 1, 100, 10, 50, 5, 100, 5},
+		{"more traffic", 1, 150, 12, 60, 7, 150, 7},
+		// Stats serves the last figures read while an install holds the
+		// store, and two callers may have stored them out of order: an
+		// older, lower figure of the same store is no reopen.
+		{"an older figure served late", 1, 140, 11, 55, 6, 150, 7},
+		{"no store read", 0, 0, 0, 0, 0, 150, 7},
+		{"store reopened", 2, 3, 1, 2, 1, 153, 8},
+		{"traffic after", 2, 30, 4, 9, 3, 180, 10},
+		{"reopened again", 3, 0, 0, 0, 0, 180, 10},
+		{"traffic again", 3, 5, 1, 1, 1, 185, 11},
+		// A reopen whose new store counted past the old one by the next
+		// scrape: a drop would not show it, the generation does.
+		{"reopened, busy at once", 4, 500, 40, 90, 30, 685, 41},
 	}
 	for _, s := range steps {
-		store.set(fsm.Stats{BlockCacheHits: s.blockHits, BlockCacheMisses: s.blockMiss,
+		store.set(fsm.Stats{StoreGen: s.gen, BlockCacheHits: s.blockHits, BlockCacheMisses: s.blockMiss,
 			FileCacheHits: s.fileHits, FileCacheMisses: s.fileMiss})
 		require.Equal(t, s.wantBlockHits, read("kvd_storage_block_cache_hits_total"), s.name)
 		require.Equal(t, s.wantFileM, read("kvd_storage_file_cache_misses_total"), s.name)
@@ -121,7 +130,7 @@ func (s *gatedStore) Stats() fsm.Stats {
 		<-s.release
 	}
 	v := int64(99 + n) // 100, 101, 102...
-	return fsm.Stats{BlockCacheHits: v, BlockCacheMisses: v, FileCacheHits: v, FileCacheMisses: v}
+	return fsm.Stats{StoreGen: 1, BlockCacheHits: v, BlockCacheMisses: v, FileCacheHits: v, FileCacheMisses: v}
 }
 
 // blockedInCollect reports whether a goroutine waits for a mutex inside the
