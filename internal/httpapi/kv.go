@@ -120,7 +120,7 @@ func (a *api) getKey(w http.ResponseWriter, r *http.Request, rawKey string) stri
 		return reject(w, e)
 	}
 	// RFC 9110 13.1.1: If-Match is evaluated before any method, reads
-	// included, with the strong comparison (a weak tag is refused, as on PUT).
+	// included, with the strong comparison (a weak tag matches nothing).
 	var im, inm []etag
 	if v := r.Header.Values("If-Match"); len(v) > 0 {
 		if im, e = parseETags(v, false); e != nil {
@@ -521,6 +521,11 @@ func writeCondition(h http.Header, c *command.Command) *inputError {
 		if len(tags) != 1 {
 			return badRequest("bad_precondition", "If-Match must carry exactly one CAS token or *")
 		}
+		if tags[0].none {
+			// No item has it: nothing to propose (RFC 9110 13.1.1).
+			return &inputError{http.StatusPreconditionFailed, "precondition_failed",
+				fmt.Sprintf("no item has the ETag %s (kvd's are CAS tokens, such as \"42\")", tags[0].raw)}
+		}
 		if tags[0].any {
 			c.Op = command.OpReplace
 		} else {
@@ -534,12 +539,18 @@ func writeCondition(h http.Header, c *command.Command) *inputError {
 type etag struct {
 	any bool // *
 	cas uint64
+	// none: a well-formed tag no kvd item has (not a CAS token, as a
+	// proxy's "42-gzip"; or weak where the strong comparison applies). It
+	// matches nothing: a 412 for If-Match, the plain answer for
+	// If-None-Match (RFC 9110 13.1.1, 13.1.2), not a 400.
+	none bool
+	raw  string // as sent, for none
 }
 
 // matchETag reports whether any of tags matches the item whose CAS is cas.
 func matchETag(tags []etag, cas uint64) bool {
 	for _, t := range tags {
-		if t.any || t.cas == cas {
+		if t.any || (!t.none && t.cas == cas) {
 			return true
 		}
 	}
@@ -549,8 +560,10 @@ func matchETag(tags []etag, cas uint64) bool {
 func formatETag(cas uint64) string { return `"` + strconv.FormatUint(cas, 10) + `"` }
 
 // parseETags reads a comma-separated list of `*`, `"<cas>"` and (as a
-// convenience for curl users) a bare `<cas>`. Weak tags (W/"…") are accepted
-// only where weak comparison applies (If-None-Match).
+// convenience for curl users) a bare `<cas>`. Weak tags (W/"…") match by
+// their CAS only where the weak comparison applies (If-None-Match); where
+// it does not, and for any other quoted tag, they match nothing. An
+// unquoted word other than a number is malformed (400).
 func parseETags(values []string, weakOK bool) ([]etag, *inputError) {
 	var out []etag
 	for _, v := range values {
@@ -563,20 +576,21 @@ func parseETags(values []string, weakOK bool) ([]etag, *inputError) {
 				out = append(out, etag{any: true})
 				continue
 			}
-			if rest, weak := strings.CutPrefix(s, "W/"); weak {
-				if !weakOK {
-					return nil, badRequest("bad_precondition", "If-Match needs a strong ETag, not %q", s)
-				}
-				s = rest
+			raw := s
+			rest, weak := strings.CutPrefix(s, "W/")
+			quoted := len(rest) >= 2 && rest[0] == '"' && rest[len(rest)-1] == '"'
+			if quoted {
+				rest = rest[1 : len(rest)-1]
 			}
-			if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
-				s = s[1 : len(s)-1]
+			cas, err := strconv.ParseUint(rest, 10, 64)
+			switch {
+			case !quoted && (weak || err != nil):
+				return nil, badRequest("bad_precondition", "ETag %q: want a quoted tag such as \"42\" (a CAS token), or *", raw)
+			case err != nil || (weak && !weakOK):
+				out = append(out, etag{none: true, raw: raw})
+			default:
+				out = append(out, etag{cas: cas})
 			}
-			cas, err := strconv.ParseUint(s, 10, 64)
-			if err != nil {
-				return nil, badRequest("bad_precondition", "ETag %q: want a CAS token such as \"42\" or *", part)
-			}
-			out = append(out, etag{cas: cas})
 		}
 	}
 	if len(out) == 0 {

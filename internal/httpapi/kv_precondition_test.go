@@ -28,8 +28,15 @@ func TestConditionalGet(t *testing.T) {
 		{"If-Match *", []string{"If-Match", "*"}, http.StatusOK, ""},
 		{"If-Match a list holding the tag", []string{"If-Match", `"1", ` + tag}, http.StatusOK, ""},
 		{"If-Match another tag", []string{"If-Match", `"999999"`}, http.StatusPreconditionFailed, "precondition_failed"},
-		{"If-Match weak tag", []string{"If-Match", "W/" + tag}, http.StatusBadRequest, "bad_precondition"},
+		// The strong comparison: a weak tag matches nothing (13.1.1).
+		{"If-Match weak tag", []string{"If-Match", "W/" + tag}, http.StatusPreconditionFailed, "precondition_failed"},
+		// A well-formed tag that no kvd item has (a proxy's "42-gzip")
+		// matches nothing; an unquoted word is malformed.
+		{"If-Match a foreign tag", []string{"If-Match", `"1-gzip"`}, http.StatusPreconditionFailed, "precondition_failed"},
 		{"If-Match garbage", []string{"If-Match", "nope"}, http.StatusBadRequest, "bad_precondition"},
+		{"If-None-Match a foreign tag", []string{"If-None-Match", `"1-gzip"`}, http.StatusOK, ""},
+		{"If-None-Match the weak form of the tag", []string{"If-None-Match", "W/" + tag}, http.StatusNotModified, ""},
+		{"If-None-Match a list with a foreign tag and the tag", []string{"If-None-Match", `"x", ` + tag}, http.StatusNotModified, ""},
 		// If-Match holds, so If-None-Match decides (13.2.2).
 		{"If-Match and If-None-Match both matching", []string{"If-Match", tag, "If-None-Match", tag}, http.StatusNotModified, ""},
 		// If-Match fails first: 412, not 304.
