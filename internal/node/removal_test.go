@@ -1,11 +1,15 @@
 package node
 
 import (
+	"context"
 	"log/slog"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvd-project/kvd/internal/command"
 	"github.com/kvd-project/kvd/internal/config"
 	"github.com/kvd-project/kvd/internal/replica"
 )
@@ -109,4 +113,79 @@ func TestLeftCluster(t *testing.T) {
 			require.Equal(t, tc.left, n.leftCluster(tc.st))
 		})
 	}
+}
+
+// leaderOf waits for one of nodes to lead and returns it.
+func leaderOf(t *testing.T, nodes []*Node) *Node {
+	t.Helper()
+	var leader *Node
+	require.Eventually(t, func() bool {
+		for _, n := range nodes {
+			if n.rep.Status().Role == "leader" {
+				leader = n
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 10*time.Millisecond)
+	return leader
+}
+
+// others returns nodes without n.
+func others(nodes []*Node, n *Node) []*Node {
+	var out []*Node
+	for _, x := range nodes {
+		if x != n {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// Removing the leader itself: the caller hears that it is done, the
+// removed leader stops itself, and the members left elect a leader among
+// themselves that takes writes.
+func TestRemoveTheLeaderItself(t *testing.T) {
+	nodes := startTrio(t)
+	leader := leaderOf(t, nodes)
+	require.NoError(t, leader.RemoveMember(t.Context(), leader.cfg.Name, false))
+	select {
+	case <-leader.removed:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the removed leader did not stop itself: %+v", leader.rep.Status())
+	}
+	rest := others(nodes, leader)
+	next := leaderOf(t, rest)
+	require.Eventually(t, func() bool {
+		st := next.rep.Status()
+		return len(st.Voters) == 2 && !slices.Contains(st.Voters, IDOf(leader.cfg.Name))
+	}, 30*time.Second, 10*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err := next.KV().Do(ctx, &command.Command{Op: command.OpSet, Key: []byte("k"), Value: []byte("v")})
+	require.NoError(t, err)
+}
+
+// In a cluster of two, the member left after the leader removed itself is
+// alone in its configuration once it applies the removal: it elects itself.
+func TestRemoveTheLeaderOfTwo(t *testing.T) {
+	n1 := startReady(t, loneConfig("n1", t.TempDir(), freeAddr(t)))
+	t.Cleanup(func() { _ = n1.Shutdown(t.Context()) })
+	n2 := joinReady(t, "n2", n1)
+	require.Eventually(t, func() bool { return slices.Contains(n1.rep.Status().Voters, IDOf("n2")) },
+		30*time.Second, 10*time.Millisecond)
+	leader := leaderOf(t, []*Node{n1, n2})
+	require.NoError(t, leader.RemoveMember(t.Context(), leader.cfg.Name, false))
+	select {
+	case <-leader.removed:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the removed leader did not stop itself: %+v", leader.rep.Status())
+	}
+	// As Run does once removed.
+	require.NoError(t, leader.Shutdown(t.Context()))
+	rest := others([]*Node{n1, n2}, leader)[0]
+	require.Eventually(t, func() bool {
+		st := rest.rep.Status()
+		return st.Role == "leader" && len(st.Voters) == 1
+	}, 30*time.Second, 10*time.Millisecond, "%+v", func() any { return rest.rep.Status() })
 }
