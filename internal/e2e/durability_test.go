@@ -119,11 +119,20 @@ func TestKillNineLosesNoAcknowledgedWrite(t *testing.T) {
 	// Kill once a few hundred writes are acknowledged (bounded wait).
 	c := mcClient(p.MemcacheAddr)
 	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := c.Get("w0-k50"); err == nil {
+	for {
+		_, err := c.Get("w0-k50")
+		if err == nil {
 			break
 		}
+		require.True(t, time.Now().Before(deadline), "w0-k50 never acknowledged: %v", err)
 		time.Sleep(10 * time.Millisecond)
+	}
+	// The point of the test: SIGKILL lands while writes are in flight. A
+	// load that had already ended would test only a restart of an idle node.
+	select {
+	case <-done:
+		t.Fatal("the write load ended before the kill: nothing was killed mid-write")
+	default:
 	}
 	p.Kill()
 	close(stop)
@@ -184,9 +193,24 @@ func TestLogCompactionKeepsRestartCorrect(t *testing.T) {
 	first := metricValue(t, p.HTTPAddr, "kvd_raft_log_first_index")
 	require.Greater(t, first, 1.0, "no log compaction happened after %d writes", n.Load())
 	t.Logf("raft log compacted to first index %.0f before SIGKILL", first)
+	// Which worker's write of each key came last is the server's call:
+	// what it serves now is what it must serve after the restart.
+	keys := make([]string, 500)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("c%d", i)
+	}
+	before, err := c.GetMulti(keys)
+	require.NoError(t, err)
+	require.Len(t, before, len(keys))
 	p.Kill()
 	q := p.Restart()
 	c = mcClient(q.MemcacheAddr)
+	after, err := c.GetMulti(keys)
+	require.NoError(t, err)
+	require.Len(t, after, len(keys), "keys lost in the restart")
+	for _, k := range keys {
+		require.Equal(t, string(before[k].Value), string(after[k].Value), "value of %s after the restart", k)
+	}
 	it, err := c.Get("last")
 	require.NoError(t, err)
 	require.Equal(t, "v", string(it.Value))

@@ -394,8 +394,18 @@ func TestSIGTERMWhileJoiningExitsCleanly(t *testing.T) {
 		"--join", "http://"+kvdproc.FreeAddr(t)) // nobody listens there
 	cmd.Stderr = writerFunc(func(b []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(b) })
 	require.NoError(t, cmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	done, exited := make(chan error, 1), make(chan struct{})
+	go func() { done <- cmd.Wait(); close(exited) }()
+	// A failure before the SIGTERM below must not leave this kvd retrying
+	// its join for ever: kill it (this PID only), unless it is gone.
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return strings.Contains(logs.String(), "joining cluster") },
 		30*time.Second, 10*time.Millisecond, "the join never started")
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))

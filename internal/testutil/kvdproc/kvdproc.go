@@ -29,6 +29,7 @@ import (
 type build struct {
 	once sync.Once
 	path string
+	dir  string // the temporary directory it was built in; "" for KVD_BIN's
 	err  error
 }
 
@@ -66,7 +67,7 @@ func builtBinary(t testing.TB, env, tags string) string {
 			b.err = err
 			return
 		}
-		b.path = filepath.Join(dir, "kvd")
+		b.dir, b.path = dir, filepath.Join(dir, "kvd")
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Join(filepath.Dir(file), "..", "..", "..")
 		args := []string{"build", "-o", b.path}
@@ -86,6 +87,23 @@ func builtBinary(t testing.TB, env, tags string) string {
 		t.Fatal(b.err)
 	}
 	return b.path
+}
+
+// RemoveBinaries deletes the kvd binaries this test process built (never a
+// prebuilt KVD_BIN or KVD_FAILPOINT_BIN). They serve every test of the
+// process, so no test's cleanup can remove them: a package's TestMain calls
+// this after m.Run, or each run leaves tens of MiB in the temp directory.
+func RemoveBinaries() error {
+	var errs []error
+	for tags, b := range builds {
+		if b.dir == "" {
+			continue
+		}
+		if err := os.RemoveAll(b.dir); err != nil {
+			errs = append(errs, fmt.Errorf("remove the kvd binary built with tags %q: %w", tags, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Proc is one running kvd.
