@@ -270,7 +270,7 @@ func CheckName(name string) error {
 	if name == "." || name == ".." {
 		// A URL path cleans them away: /v1/cluster/members/.. is the
 		// members list, so such a member could never be removed.
-		return errors.New("must not be . or ..")
+		return errors.New(`must not be "." or ".."`)
 	}
 	for _, r := range name {
 		switch {

@@ -186,8 +186,8 @@ func TestValidateMemberNames(t *testing.T) {
 		{"rack1/n1", "", `name "rack1/n1": must not contain '/'`},
 		{"n 1", "", `name "n 1": must not contain spaces`},
 		{"", "", `name "": must not be empty`},
-		{"..", "", `name "..": must not be . or ..`},
-		{"n1", "n1=127.0.0.1:1,.=127.0.0.1:2", `initial-cluster: member name ".": must not be . or ..`},
+		{"..", "", `name "..": must not be "." or ".."`},
+		{"n1", "n1=127.0.0.1:1,.=127.0.0.1:2", `initial-cluster: member name ".": must not be "." or ".."`},
 		{"n1", "n1=127.0.0.1:1,bad name/x=127.0.0.1:2", `initial-cluster: member name "bad name/x": must not contain`},
 		{"n1", "n1=127.0.0.1:1,n\x01=127.0.0.1:2", `initial-cluster: member name "n\x01": must not contain control characters`},
 	} {
