@@ -21,6 +21,7 @@ cluster: build ## three local nodes: memcache on 127.0.0.1:11211-11213
 
 test: ## every test: unit, real-process end-to-end, compatibility suites
 	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -tags failpoints ./internal/failpoint/
 
 test-short: ## skips the slower end-to-end tests
 	$(GO) test -count=1 -short ./...
@@ -28,9 +29,14 @@ test-short: ## skips the slower end-to-end tests
 test-race: ## the race detector over everything (short mode keeps it bounded)
 	$(GO) test -count=1 -race -short ./...
 
+# gofmt's own failure (a file it cannot parse) fails lint too; and an empty
+# file list (no git checkout) would leave gofmt reading stdin.
 lint: ## gofmt, go vet, staticcheck
-	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@files=$$(git ls-files '*.go') && [ -n "$$files" ] || { echo "lint: git ls-files found no Go files" >&2; exit 1; }; \
+	out=$$(gofmt -l $$files) || { echo "lint: gofmt failed" >&2; exit 1; }; \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags failpoints,e2e ./internal/failpoint/ ./deploy/compose/
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 # Every fuzz target, as package:Target under internal/ (internal/lint checks
@@ -62,7 +68,7 @@ IMAGE_CONTEXT ?= bin/image-context
 image: build ## container image $(IMAGE): FROM scratch + bin/kvd (deploy/Dockerfile)
 	rm -rf $(IMAGE_CONTEXT) && mkdir -p $(IMAGE_CONTEXT)/data
 	cp $(BIN) $(IMAGE_CONTEXT)/kvd
-	docker build -t $(IMAGE) -f deploy/Dockerfile $(IMAGE_CONTEXT)
+	timeout 10m docker build -t $(IMAGE) -f deploy/Dockerfile $(IMAGE_CONTEXT)
 
 e2e: image ## docker-compose cluster under faults: failover, partition, restart (needs docker, docker-compose)
 	KVD_IMAGE=$(IMAGE) $(GO) test -count=1 -tags e2e -timeout 15m -v ./deploy/...

@@ -25,6 +25,12 @@ command -v etcd >/dev/null || { echo "cluster.sh: etcd is not installed (apt-get
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; pids=(); }
 
+# wait_ok URL LOG: until URL answers 2xx, for 15 s; else the member's log
+# and the end of the run, rather than a report of failed cases.
+wait_ok() {
+  for _ in $(seq 150); do curl -fsS "$1" >/dev/null 2>&1 && return; sleep 0.1; done
+  echo "cluster.sh: $1 did not answer within 15 s; $2 ends:" >&2; tail -n 20 "$2" >&2; exit 1
+}
 start_etcd() {
   local i cluster="" token="kvd-cluster-$$-$RANDOM"; local -a cp pp
   for i in 1 2 3; do cp[i]=$(free_port); pp[i]=$(free_port); cluster+="${cluster:+,}e$i=http://127.0.0.1:${pp[i]}"; done
@@ -38,7 +44,7 @@ start_etcd() {
   done
   servers=""
   for i in 1 2 3; do
-    for _ in $(seq 150); do curl -fsS "http://127.0.0.1:${cp[i]}/health" >/dev/null 2>&1 && break; sleep 0.1; done
+    wait_ok "http://127.0.0.1:${cp[i]}/health" "$work/etcd-$i.log"
     servers+="${servers:+,}127.0.0.1:${cp[i]}"
   done
   roles "etcd_server_is_leader 1" "127.0.0.1:${cp[1]}=http://127.0.0.1:${cp[1]}" \
@@ -56,7 +62,7 @@ start_kvd() {
   done
   servers=""
   for i in 1 2 3; do
-    for _ in $(seq 150); do curl -fsS "127.0.0.1:${hp[i]}/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+    wait_ok "http://127.0.0.1:${hp[i]}/readyz" "$work/kvd-$i.log"
     servers+="${servers:+,}127.0.0.1:${mp[i]}"
   done
   roles "kvd_raft_is_leader 1" "127.0.0.1:${mp[1]}=http://127.0.0.1:${hp[1]}" \
@@ -85,7 +91,8 @@ roles() {
 bench() {
   local name=$1; shift
   "$bin" bench --target "$target" --servers "${srv:-$servers}" --progress never --duration "$DUR" --timeout 10s \
-    --key-size 250 --value-size 512 --json "$work/$name.json" "$@" >"$work/$name.txt" 2>&1 || true
+    --key-size 250 --value-size 512 --json "$work/$name.json" "$@" >"$work/$name.txt" 2>&1 ||
+    { echo "cluster.sh: bench run $name failed; its output ends:" >&2; tail -n 5 "$work/$name.txt" >&2; }
 }
 field() { python3 - "$work/$1.json" "$2" "$3" <<'PY'
 import json,sys
@@ -141,5 +148,8 @@ us() { python3 -c "v=$1; print('%.0f µs' % v if v < 10000 else '%.1f ms' % (v/1
   echo "(The \"sets, 1 conn\" row above used the first member listed, whichever role it had.)"
   e=$(field etcd-set 1 p99_us); k=$(field kvd-set 1 p99_us)
   echo "64 connections' set p99: kvd $(us "$k"), etcd $(us "$e")."
-} >"$out"
+} >"$work/report.md"
+# Moved into place only when whole: a run that stops midway (set -e) must
+# not leave $out truncated.
+cp "$work/report.md" "$out"
 cat "$out"

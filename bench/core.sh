@@ -31,7 +31,8 @@ start_memcached() {
   mcport=$(free_port)
   memcached -l 127.0.0.1 -p "$mcport" -U 0 -m "$mc_mb" -c 4096 -t 2 $( [ "$(id -u)" = 0 ] && echo -u root ) &
   mcpid=$!; pids+=("$mcpid")
-  for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$mcport") 2>/dev/null && break; sleep 0.05; done
+  for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$mcport") 2>/dev/null && return; sleep 0.05; done
+  echo "core.sh: memcached on 127.0.0.1:$mcport did not start within 5 s" >&2; exit 1
 }
 start_kvd() {
   kport=$(free_port); hport=$(free_port)
@@ -39,12 +40,16 @@ start_kvd() {
   "$bin" serve --name n1 --data-dir "$work/kvd" --memcache-addr "127.0.0.1:$kport" \
     --http-addr "127.0.0.1:$hport" --log-level warn >"$work/kvd.log" 2>&1 &
   kpid=$!; pids+=("$kpid")
-  for _ in $(seq 200); do curl -fsS "127.0.0.1:$hport/readyz" >/dev/null 2>&1 && break; sleep 0.05; done
+  for _ in $(seq 200); do curl -fsS "127.0.0.1:$hport/readyz" >/dev/null 2>&1 && return; sleep 0.05; done
+  echo "core.sh: kvd was not ready within 10 s; its log ends:" >&2; tail -n 20 "$work/kvd.log" >&2; exit 1
 }
 # bench NAME ADDR ARGS… → ops/s of the run phase (first concurrency) into $work/NAME.json
 bench() {
   local name=$1 addr=$2; shift 2
-  "$bin" bench --servers "$addr" --progress never --duration "$DUR" --json "$work/$name.json" "$@" >"$work/$name.txt" 2>&1 || true
+  # A failed run is reported, not fatal: the report says which figures it
+  # lacks. Its output is gone with $work afterwards, so its end is shown.
+  "$bin" bench --servers "$addr" --progress never --duration "$DUR" --json "$work/$name.json" "$@" >"$work/$name.txt" 2>&1 ||
+    { echo "core.sh: bench run $name failed; its output ends:" >&2; tail -n 5 "$work/$name.txt" >&2; }
 }
 ops() { python3 - "$work/$1.json" "${2:-0}" <<'PY'
 import json,sys
@@ -273,5 +278,8 @@ PY
   # Every ratio assumes memcached kept what it was given (-m above).
   evicted=$(grep -H -o 'after the run:.*evictions=[0-9]*' "$work"/mc-*.txt | sed -E 's#^.*/(mc-[^.]*)\.txt:.*evictions=#\1 #' | awk '$2 > 0 {printf "%s%s: %s", sep, $1, $2; sep=", "}' || true)
   echo "memcached ran with -m $mc_mb (MiB); items it evicted: ${evicted:-none, in every run}."
-} > "$out"
+} > "$work/report.md"
+# Moved into place only when whole: a run that stops midway (set -e) must
+# not leave $out truncated.
+cp "$work/report.md" "$out"
 cat "$out"

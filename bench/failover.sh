@@ -15,7 +15,9 @@ rounds=${ROUNDS:-5}
 out=${OUT:-bench/out/failover}
 extra=${EXTRA:-}
 [ -x "$bin" ] || { echo "build kvd first: make build" >&2; exit 1; }
-dir=$(mktemp -d)
+for tool in curl jq; do
+  command -v "$tool" >/dev/null || { echo "failover.sh needs $tool (apt-get install $tool)" >&2; exit 1; }
+done
 mkdir -p "$out"
 members="n1=127.0.0.1:12491,n2=127.0.0.1:12492,n3=127.0.0.1:12493"
 declare -A pid
@@ -40,6 +42,7 @@ cleanup() {
   wait 2>/dev/null || true
   rm -rf "$dir"
 }
+dir=$(mktemp -d)
 trap cleanup EXIT INT TERM
 for i in 1 2 3; do start "$i"; done
 for i in 1 2 3; do ready "$i"; done
@@ -53,6 +56,9 @@ for r in $(seq 1 "$rounds"); do
   sleep 3
   lead=$(curl -fsS http://127.0.0.1:12481/v1/cluster | jq -r '.leader as $l | .members[] | select(.id == $l) | .name')
   i=${lead#n}
+  if [ -z "$i" ] || [ -z "${pid[$i]:-}" ]; then
+    echo "round $r: no leader known to n1 (got \"$lead\"); its log ends:" >&2; tail -20 "$dir/n1.log" >&2; exit 1
+  fi
   kill -KILL "${pid[$i]}"
   wait "${pid[$i]}" 2>/dev/null || true
   wait "$bench" || true
