@@ -62,9 +62,20 @@ func removedFrom(since uint64, st replica.Status) bool {
 // member catching up replays its old removal, and its commit index trails
 // the leader's, so applied can reach commit between that removal and its
 // re-addition.
+//
+// A removal at or after that point is this member's own, even when a later
+// entry added its name back: the name was added back for a new member with
+// an empty data dir (kvd serve --join), and this data dir, its vote and log
+// those of the member removed, must not serve beside it under the same
+// raft ID. etcd refuses a removed member's data dir likewise.
 func (n *Node) leftCluster(st replica.Status) bool {
 	since, known := n.memberSince()
 	if st.Removed && (!known || st.Applied >= since) {
+		return true
+	}
+	if known && st.RemovedAt != 0 && st.RemovedAt >= since {
+		n.logger.Error("this member was removed from the cluster and its name added back since: this data dir belongs to the member removed",
+			"removed_at", st.RemovedAt, "member_since", since)
 		return true
 	}
 	if known && removedFrom(since, st) {

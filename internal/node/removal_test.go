@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvd-project/kvd/internal/command"
 	"github.com/kvd-project/kvd/internal/config"
+	"github.com/kvd-project/kvd/internal/httpapi"
 	"github.com/kvd-project/kvd/internal/replica"
 )
 
@@ -107,6 +108,12 @@ func TestLeftCluster(t *testing.T) {
 			replica.Status{ID: self, Applied: 300, Commit: 300, Voters: others, Removed: true}, true},
 		{"a rejoined member at its re-addition", joined,
 			replica.Status{ID: self, Applied: 500, Commit: 500, Voters: others, Learners: []replica.NodeID{self}}, false},
+		{"a rejoined member that replayed the old incarnation's removal", joined,
+			replica.Status{ID: self, Applied: 600, Commit: 600, Voters: append(others, self), RemovedAt: 300}, false},
+		{"a founding member removed and added back while it was away", membership{Members: founding},
+			replica.Status{ID: self, Applied: 600, Commit: 600, Voters: append(others, self), RemovedAt: 300}, true},
+		{"a joined member removed after its addition and added back", joined,
+			replica.Status{ID: self, Applied: 900, Commit: 900, Voters: append(others, self), RemovedAt: 700}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := &Node{cfg: config.Config{Name: "n2"}, ms: &tc.ms, logger: slog.New(slog.DiscardHandler)}
@@ -188,4 +195,36 @@ func TestRemoveTheLeaderOfTwo(t *testing.T) {
 		st := rest.rep.Status()
 		return st.Role == "leader" && len(st.Voters) == 1
 	}, 30*time.Second, 10*time.Millisecond, "%+v", func() any { return rest.rep.Status() })
+}
+
+// A member removed while it was down, and its name added back (for a new
+// member that would join with an empty data dir), used to start again on
+// its old data dir, replay its removal and the re-addition, and serve as
+// the new member: two data dirs under one raft ID once the new one joins.
+// It now stops as removed.
+func TestRemovedMemberAddedBackStopsOnItsOldDataDir(t *testing.T) {
+	nodes := startTrio(t)
+	n3 := nodes[2]
+	if n3.rep.Status().Role == "leader" {
+		require.Eventually(t, func() bool {
+			_, err := n3.TransferLeader(t.Context(), "n1")
+			return err == nil && n3.rep.Status().Role != "leader"
+		}, 30*time.Second, 50*time.Millisecond)
+	}
+	cfg3 := n3.cfg
+	require.NoError(t, n3.Shutdown(t.Context()))
+	leader := leaderOf(t, nodes[:2])
+	require.NoError(t, leader.RemoveMember(t.Context(), "n3", true))
+	_, err := leader.AddMember(t.Context(), httpapi.MemberInfo{Name: "n3", PeerAddr: cfg3.PeerAddr})
+	require.NoError(t, err)
+
+	n3, err = Start(cfg3, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n3.Shutdown(context.Background()) })
+	select {
+	case <-n3.removed:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("n3 did not stop as removed: %+v", n3.rep.Status())
+	}
+	require.NotZero(t, n3.rep.Status().RemovedAt)
 }

@@ -202,6 +202,11 @@ type Status struct {
 	Pending int
 	// Removed: this member was removed from the cluster and serves nothing.
 	Removed bool
+	// RemovedAt is the index of the last removal of this member it applied
+	// since it started (0: none), kept when a later entry adds it back: a
+	// data dir that replays its own removal belongs to the member removed,
+	// whatever followed (node.leftCluster).
+	RemovedAt uint64
 	// ProposalsApplied and ProposalsFailed count this node's proposals by
 	// outcome since it started.
 	ProposalsApplied, ProposalsFailed uint64
@@ -282,6 +287,7 @@ type Replica struct {
 	leaderTick                        uint64            // tick at which heardAt was started: this leadership's first
 	links                             Links             // nil when the transport does not know its connections
 	removed                           bool              // this member was removed from the configuration
+	removedAt                         uint64            // Status.RemovedAt
 	// Group commit (gather): the fsync time's moving average, the writers
 	// expected in the next batch, the hold's timer, and counts for Status.
 	syncTime                                  time.Duration
@@ -1146,7 +1152,7 @@ func (r *Replica) applyConfChange(e *pb.Entry) (*ConfChange, uint64, error) {
 	case pb.ConfChangeRemoveNode:
 		out.Type = RemoveMember
 		if out.ID == r.cfg.ID {
-			r.removed = true
+			r.removed, r.removedAt = true, e.GetIndex()
 			r.logger.Warn("this member was removed from the cluster", "index", e.GetIndex())
 		}
 	default:
@@ -1216,6 +1222,7 @@ func (r *Replica) publishStatus() {
 		// be followed by this member's re-addition: only a caught-up
 		// member that is still removed has really left.
 		Removed:        r.removed && r.sm.AppliedIndex() >= st.GetCommit(),
+		RemovedAt:      r.removedAt,
 		LeaseReads:     r.lease.served,
 		LeaseFallbacks: r.lease.fallback,
 		ReadRounds:     r.readRounds,
