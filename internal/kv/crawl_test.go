@@ -92,3 +92,21 @@ func TestCrawlForAReplacedHorizon(t *testing.T) {
 		})
 	}
 }
+
+// TestCrawlForALaterReplacedHorizon: from cluster version 2, a flush_all
+// given an absolute time already past records that time as the last horizon,
+// and the passed horizon it replaced, later than it, is kept as
+// FlushedBefore. The crawl is for the later of the two: the older one, out
+// of the crawl's window, made the leader crawl for neither, and what the
+// replaced horizon hides for good stayed on disk and in curr_items.
+func TestCrawlForALaterReplacedHorizon(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	st := &crawlStore{
+		flushAt: now.Add(-2 * crawlWindow).UnixNano(), // "flush_all <a Unix time two hours ago>"
+		before:  now.Add(-time.Minute).UnixNano(),     // the delayed flush_all it replaced, passed a minute ago
+	}
+	s := New(Config{RequestTimeout: time.Second}, &crawlReplica{commit: 10, applied: 10}, st, slog.New(slog.DiscardHandler), func() time.Time { return now })
+	require.NoError(t, s.crawlFlushed(t.Context()))
+	require.Equal(t, crawlCalls, st.reads)
+	require.Equal(t, st.before, s.crawl.flushAt)
+}

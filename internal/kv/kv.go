@@ -298,14 +298,18 @@ const (
 // Until the last flush time's pass may start, the pass is for the passed
 // flush time that one replaced, if any (fsm.FlushedBefore): what it hides
 // is hidden for good, and a last flush time a day away would otherwise
-// keep it on disk until then.
+// keep it on disk until then. So it is too when that replaced time is the
+// later one (a flush_all given an absolute time already past, from cluster
+// version 2): a pass for the later time finds everything either hides, and
+// the earlier one may be past the crawl's window, which would leave what
+// both hide on disk for good.
 func (s *Service) crawlFlushed(ctx context.Context) error {
 	flushAt, before, now := s.store.FlushAt(), s.store.FlushedBefore(), s.now().UnixNano()
 	if flushAt == 0 {
 		s.crawl = flushCrawl{} // an immediate flush_all deleted everything
 		return nil
 	}
-	if before != 0 && now < flushAt+int64(s.cfg.RequestTimeout) {
+	if before != 0 && (now < flushAt+int64(s.cfg.RequestTimeout) || before > flushAt) {
 		flushAt = before
 	}
 	start := flushAt + int64(s.cfg.RequestTimeout)
