@@ -228,6 +228,14 @@ func (c *conn) readLoop() {
 	defer c.state.Store(stateClosing)
 	st := c.s.stats
 	for {
+		// Once a reply could not be written nobody reads the rest: the
+		// requests still buffered are dropped, as memcached drops them
+		// when it closes a connection on a write error, rather than
+		// served (writes proposed, gats reading their values) for a
+		// client that is gone while the connection keeps its slot.
+		if c.broken.Load() {
+			return
+		}
 		// The state stays conn_parse_cmd while Next parses what is
 		// buffered; flushBeforeRead marks the wait for more bytes.
 		err := c.r.Next(&req)

@@ -234,3 +234,43 @@ func TestServeAfterShutdownClosesListener(t *testing.T) {
 	_, err = ln.Accept()
 	require.ErrorIs(t, err, net.ErrClosed, "the listener was left open")
 }
+
+// TestResetClientStopsBeingServed: once a reply cannot be written (the
+// client reset the connection), the requests still buffered from it are
+// dropped, as memcached drops them when it closes a connection on a
+// write error. kvd went on serving them for nobody: a client that
+// pipelined gats of a large item and went away kept its connection slot
+// while every buffered gat touched its keys through the raft log and read
+// their values (here 1 GiB of them), seconds after the client was gone.
+func TestResetClientStopsBeingServed(t *testing.T) {
+	srv, addr := ownServer(t, mcserver.Config{})
+	probe := dial(t, addr)
+	value := strings.Repeat("v", 1<<20)
+	require.Equal(t, []string{"STORED"}, probe.do(fmt.Sprintf("set big 0 0 %d\r\n%s\r\n", len(value), value), "STORED"))
+	touches := func() int {
+		n, err := strconv.Atoi(stats(t, probe.do("stats\r\n"))["cmd_touch"])
+		require.NoError(t, err)
+		return n
+	}
+	before := touches()
+	base := srv.Stats().CurrConnections.Load()
+
+	nc, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = nc.Close() })
+	require.NoError(t, nc.(*net.TCPConn).SetReadBuffer(64<<10))
+	const gats, keys = 64, 16 // each reply 16 MiB
+	_, err = nc.Write([]byte(strings.Repeat("gat 0"+strings.Repeat(" big", keys)+"\r\n", gats)))
+	require.NoError(t, err)
+	// The server has read a few gats (cmd_touch counts a gat's keys as it
+	// is read) and is writing the first reply; the client resets the
+	// connection without reading it.
+	require.Eventually(t, func() bool { return touches()-before >= 2*keys }, time.Minute, time.Millisecond)
+	require.NoError(t, nc.(*net.TCPConn).SetLinger(0))
+	require.NoError(t, nc.Close())
+
+	require.Eventually(t, func() bool { return srv.Stats().CurrConnections.Load() == base }, 2*time.Minute, time.Millisecond,
+		"the reset connection was never closed")
+	n := touches() - before
+	assert.Less(t, n, gats*keys/4, "the server went on serving a reset client: %d of %d touches", n, gats*keys)
+}
