@@ -106,6 +106,16 @@ func RemoveBinaries() error {
 	return errors.Join(errs...)
 }
 
+// Main runs a package's tests, then removes the binaries they built: the
+// body of the TestMain of each package that starts kvd through this one.
+func Main(m *testing.M) {
+	code := m.Run()
+	if err := RemoveBinaries(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
 // Proc is one running kvd.
 type Proc struct {
 	t            testing.TB
