@@ -2,9 +2,7 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -76,25 +74,13 @@ func (n *Node) learnLeaderAddr(ctx context.Context, leader replica.NodeID) {
 // askPeerAddr reads id's peer address from the member at httpAddr (GET
 // /v1/cluster, that member's applied configuration and member table).
 func askPeerAddr(ctx context.Context, httpAddr string, id replica.NodeID) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/v1/cluster", nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return "", fmt.Errorf("GET /v1/cluster: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET /v1/cluster: %s", resp.Status)
-	}
 	var cs httpapi.ClusterStatus
-	if err := json.Unmarshal(body, &cs); err != nil {
-		return "", fmt.Errorf("GET /v1/cluster: %w", err)
+	status, err := getJSON(ctx, httpAddr, "/v1/cluster", 1<<20, &cs)
+	if err != nil {
+		return "", err
+	}
+	if status != http.StatusOK {
+		return "", fmt.Errorf("GET /v1/cluster: %d %s", status, http.StatusText(status))
 	}
 	want := strconv.FormatUint(uint64(id), 16)
 	for _, m := range cs.Members {

@@ -151,7 +151,32 @@ func clusterVersionTarget(cur uint64, addrs map[replica.NodeID]string, ask func(
 func askMaxClusterVersion(ctx context.Context, id replica.NodeID, addr string) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, versionAskTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/version", nil)
+	var v httpapi.VersionInfo
+	status, err := getJSON(ctx, addr, "/v1/version", 64<<10, &v)
+	if err != nil {
+		return 0, err
+	}
+	switch status {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		return 1, nil // a kvd from before cluster versions
+	default:
+		return 0, fmt.Errorf("GET /v1/version: %d %s", status, http.StatusText(status))
+	}
+	if want := strconv.FormatUint(uint64(id), 16); v.ID != want {
+		return 0, fmt.Errorf("GET /v1/version: answered by member %q, not %s", v.ID, want)
+	}
+	if v.MaxClusterVersion < 1 {
+		return 0, fmt.Errorf("GET /v1/version: max_cluster_version %d", v.MaxClusterVersion)
+	}
+	return v.MaxClusterVersion, nil
+}
+
+// getJSON GETs path from the HTTP API of the member at addr (host:port),
+// reading at most limit bytes of the answer, and decodes a 200 answer into
+// v. It returns the status: what another one means is the caller's to say.
+func getJSON(ctx context.Context, addr, path string, limit int64, v any) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -161,26 +186,14 @@ func askMaxClusterVersion(ctx context.Context, id replica.NodeID, addr string) (
 	}
 	defer resp.Body.Close()
 	// Read to the end (bounded), so the connection is kept for the next ask.
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	if err != nil {
-		return 0, fmt.Errorf("GET /v1/version: %w", err)
+		return 0, fmt.Errorf("GET %s: %w", path, err)
 	}
-	switch resp.StatusCode {
-	case http.StatusOK:
-	case http.StatusNotFound:
-		return 1, nil // a kvd from before cluster versions
-	default:
-		return 0, fmt.Errorf("GET /v1/version: %s", resp.Status)
+	if resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(body, v); err != nil {
+			return 0, fmt.Errorf("GET %s: %w", path, err)
+		}
 	}
-	var v httpapi.VersionInfo
-	if err := json.Unmarshal(body, &v); err != nil {
-		return 0, fmt.Errorf("GET /v1/version: %w", err)
-	}
-	if want := strconv.FormatUint(uint64(id), 16); v.ID != want {
-		return 0, fmt.Errorf("GET /v1/version: answered by member %q, not %s", v.ID, want)
-	}
-	if v.MaxClusterVersion < 1 {
-		return 0, fmt.Errorf("GET /v1/version: max_cluster_version %d", v.MaxClusterVersion)
-	}
-	return v.MaxClusterVersion, nil
+	return resp.StatusCode, nil
 }
