@@ -34,8 +34,8 @@ func (m *mcConn) Close() error { return m.c.Close() }
 // taken effect, so it is left out of the history.
 var errNotSent = errors.New("not sent")
 
-// errServer is a SERVER_ERROR (or ERROR): for a write, its outcome is
-// unknown.
+// errServer is a SERVER_ERROR (or a refused connection's "ERROR Too many
+// open connections"): for a write, its outcome is unknown.
 var errServer = errors.New("server error")
 
 // errProtocol is a reply no memcached would send to the request (a wrong
@@ -46,6 +46,12 @@ var errServer = errors.New("server error")
 var errProtocol = errors.New("protocol violation")
 
 func (m *mcConn) exchange(req string) error {
+	// Requests are never pipelined and every reply is read to its end, so
+	// bytes already waiting answer nothing asked: a server that replied
+	// twice. Read on, they would pass for this request's reply.
+	if n := m.r.Buffered(); n > 0 {
+		return fmt.Errorf("%w: %d unsolicited bytes before the request", errProtocol, n)
+	}
 	if err := m.c.SetDeadline(time.Now().Add(m.to)); err != nil {
 		return fmt.Errorf("set deadline: %w", err)
 	}
@@ -61,7 +67,15 @@ func (m *mcConn) line() (string, error) {
 		return "", fmt.Errorf("read reply: %w", err)
 	}
 	l = strings.TrimSuffix(strings.TrimSuffix(l, "\n"), "\r")
-	if strings.HasPrefix(l, "SERVER_ERROR") || l == "ERROR" {
+	// A bare ERROR is the reply to a command the server does not know: to
+	// the workload's well-formed requests only a misparse (a framing bug)
+	// gives it, so it must fail the run rather than pass as an unknown
+	// outcome. "ERROR Too many open connections" is a refusal, as memcached
+	// sends it, and counts as a server error.
+	if l == "ERROR" {
+		return "", fmt.Errorf("%w: %q to a well-formed request", errProtocol, l)
+	}
+	if strings.HasPrefix(l, "SERVER_ERROR") || strings.HasPrefix(l, "ERROR ") {
 		return "", fmt.Errorf("%w: %q", errServer, l)
 	}
 	return l, nil

@@ -42,6 +42,15 @@ func TestClientFlagsProtocolViolations(t *testing.T) {
 		{"garbage to a set", Input{Op: OpSet, Value: "x"}, "STORD\r\n", true},
 		{"client error to a delete", Input{Op: OpDelete}, "CLIENT_ERROR bad command line format\r\n", true},
 		{"garbage to an incr", Input{Op: OpIncr, Delta: 1}, "12x\r\n", true},
+		// ERROR is memcached's reply to a command it does not know: to the
+		// workload's well-formed requests it means kvd misparsed one (a
+		// framing bug), and the request did not run.
+		{"unknown-command error to a set", Input{Op: OpSet, Value: "x"}, "ERROR\r\n", true},
+		{"unknown-command error to a gets", Input{Op: OpGets}, "ERROR\r\n", true},
+		{"unknown-command error to a cas", Input{Op: OpCAS, Value: "x", Token: 3}, "ERROR\r\n", true},
+		// …while memcached's (and kvd's) refusal of a connection over the
+		// limit is a server condition, like SERVER_ERROR.
+		{"too many connections", Input{Op: OpSet, Value: "x"}, "ERROR Too many open connections\r\n", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,4 +74,25 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// TestClientFlagsUnsolicitedReplies: the client never pipelines, so bytes
+// waiting before it sends a request answer nothing it asked: a server that
+// replies twice to one request would otherwise have its extra reply taken
+// for the next request's, which the history would record as definite.
+func TestClientFlagsUnsolicitedReplies(t *testing.T) {
+	h := newHistory()
+	n := &Node{Name: "fake", MemcacheAddr: fakeMC(t, "STORED\r\nSTORED\r\n")}
+	c := newClient(0, n, []*Node{n}, 2*time.Second, 1, h)
+	defer c.close()
+	if _, err := c.do(n, "k", Input{Op: OpSet, Value: "a"}); err != nil {
+		t.Fatalf("first set: %v", err)
+	}
+	out, err := c.do(n, "k", Input{Op: OpSet, Value: "b"})
+	if !errors.Is(err, errProtocol) {
+		t.Fatalf("second set got %+v, %v; want a protocol violation", out, err)
+	}
+	if got := h.Stats(); got.Protocol != 1 || got.Unknown != 1 {
+		t.Fatalf("history %+v, want one protocol violation and one unknown write", got)
+	}
 }

@@ -51,28 +51,25 @@ type state struct {
 	Token      uint64
 	TokenKnown bool
 	MaxToken   uint64
-	// Counter marks a value written by incr/decr: memcached may leave it
-	// space-padded to the old length, so a read may show trailing spaces.
-	// Any other value must read back byte for byte.
-	Counter bool
 }
 
 func (s state) newVersion(v string) state {
 	return state{Exists: true, Value: v, MaxToken: s.MaxToken}
 }
 
-func (s state) newCounter(n uint64) state {
-	next := s.newVersion(strconv.FormatUint(n, 10))
-	next.Counter = true
-	return next
-}
-
-// reads reports whether a read returning v is consistent with s's value.
-func (s state) reads(v string) bool {
-	if s.Counter {
-		return strings.TrimRight(v, " ") == s.Value
+// counters lists the values an incr/decr leaving n may store. memcached
+// rewrites a number that got no longer in place, space-padded to the old
+// value's length (padding included), unless the old item is in use, when it
+// stores the bare number in a new item; kvd always pads. Value holds the
+// bytes exactly, so a read must show this padding and no other: a counter
+// read back with more spaces, or padded when it did not shrink, is a bug.
+func (s state) counters(n uint64) []state {
+	bare := strconv.FormatUint(n, 10)
+	out := []state{s.newVersion(bare)}
+	if pad := len(s.Value) - len(bare); pad > 0 {
+		out = append(out, s.newVersion(bare+strings.Repeat(" ", pad)))
 	}
-	return v == s.Value
+	return out
 }
 
 // tokenMayBe reports whether the current version's token may be t.
@@ -118,7 +115,7 @@ func step(s state, in Input, out Output) []state {
 		if out.Status == "END" {
 			return when(!s.Exists, s)
 		}
-		if !s.Exists || !s.reads(out.Value) {
+		if !s.Exists || out.Value != s.Value {
 			return nil
 		}
 		if in.Op == OpGets {
@@ -164,7 +161,10 @@ func step(s state, in Input, out Output) []state {
 		}
 		got, ok := number(out.Status)
 		want := arith(in.Op, cur, in.Delta)
-		return when(ok && got == want, s.newCounter(want))
+		if !ok || got != want {
+			return nil
+		}
+		return s.counters(want)
 	}
 	return nil
 }
@@ -189,7 +189,7 @@ func applyAny(s state, in Input) []state {
 		}
 	case OpIncr, OpDecr:
 		if cur, ok := number(s.Value); s.Exists && ok {
-			return []state{s.newCounter(arith(in.Op, cur, in.Delta))}
+			return s.counters(arith(in.Op, cur, in.Delta))
 		}
 	}
 	return nil
