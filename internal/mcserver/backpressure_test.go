@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,6 +78,132 @@ func TestPipelinedGatsWaitForTheClient(t *testing.T) {
 		end, err := r.ReadString('\n')
 		require.NoError(t, err)
 		require.Equal(t, "END\r\n", end, "gat %d", g)
+	}
+}
+
+// gatProbe records the gat chunks proposed while a test runs: their keys,
+// and the most keys of one connection's chunks proposed and not yet written
+// at once (each holds its value in memory until then).
+type gatProbe struct {
+	mu     sync.Mutex
+	chunks []int
+	peak   int
+}
+
+func newGatProbe(t *testing.T, srv *mcserver.Server) *gatProbe {
+	p := &gatProbe{}
+	mcserver.SetGatProbe(t, srv, func(keys, held int) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.chunks = append(p.chunks, keys)
+		p.peak = max(p.peak, held)
+	})
+	return p
+}
+
+// proposed is how many keys the chunks so far touch.
+func (p *gatProbe) proposed() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, k := range p.chunks {
+		n += k
+	}
+	return n
+}
+
+func (p *gatProbe) take() (chunks []int, peak int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	chunks, peak = p.chunks, p.peak
+	p.chunks, p.peak = nil, 0
+	return chunks, peak
+}
+
+// TestLargeGatHoldsAFewItems: a gat of large items whose client reads
+// nothing holds a few items' worth of values per connection, about what a
+// get holds (its reply budget), not chunks of 16 of them. Each touch comes
+// back with its item's value, and a gat was proposed 16 keys at a time with
+// two chunks in flight behind the one being written: a 1 MiB line naming a
+// 1 MiB item over and over held 48 MiB of values (70 MiB of heap) per
+// connection. The reply is still every value, whole and in order.
+func TestLargeGatHoldsAFewItems(t *testing.T) {
+	srv, addr := ownServer(t, mcserver.Config{})
+	probe := dial(t, addr)
+	value := strings.Repeat("v", 1<<20)
+	require.Equal(t, []string{"STORED"}, probe.do(fmt.Sprintf("set big 0 0 %d\r\n%s\r\n", len(value), value), "STORED"))
+	gats := newGatProbe(t, srv)
+
+	nc, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = nc.Close() })
+	require.NoError(t, nc.(*net.TCPConn).SetReadBuffer(64<<10))
+	const keys = 3 * mcserver.GatChunk
+	_, err = nc.Write([]byte("gat 0" + strings.Repeat(" big", keys) + "\r\n"))
+	require.NoError(t, err)
+
+	// Wait until the reader stops proposing (the count holds still) or has
+	// proposed every key, the client still reading nothing.
+	last, still := -1, 0
+	for i := 0; i < 3000 && still < 20; i++ {
+		n := gats.proposed()
+		if n == keys {
+			break
+		}
+		if n == last {
+			still++
+		} else {
+			last, still = n, 0
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	require.NoError(t, nc.SetReadDeadline(time.Now().Add(time.Minute)))
+	r := bufio.NewReaderSize(nc, 128<<10)
+	for k := range keys {
+		head, err := r.ReadString('\n')
+		require.NoError(t, err, "key %d", k)
+		require.Equal(t, fmt.Sprintf("VALUE big 0 %d\r\n", len(value)), head, "key %d", k)
+		data := make([]byte, len(value)+2)
+		_, err = io.ReadFull(r, data)
+		require.NoError(t, err)
+		require.Equal(t, value+"\r\n", string(data), "key %d", k)
+	}
+	end, err := r.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "END\r\n", end)
+
+	chunks, peak := gats.take()
+	t.Logf("chunks %v, at most %d keys held", chunks, peak)
+	held := peak * len(value)
+	require.LessOrEqual(t, held, 4<<20, "a gat whose client read nothing held %d keys of a %d-byte item", peak, len(value))
+}
+
+// TestGatOfSmallValuesKeepsFullChunks: bounding what a gat holds costs
+// nothing when its values are small: once the connection has seen them,
+// its gats go on being proposed gatChunk keys at a time, and the reply is
+// what a get of the same keys returns.
+func TestGatOfSmallValuesKeepsFullChunks(t *testing.T) {
+	srv, addr := ownServer(t, mcserver.Config{})
+	c := dial(t, addr)
+	value := strings.Repeat("s", 100)
+	var keys []string
+	for i := range 100 {
+		k := fmt.Sprintf("small%d", i)
+		keys = append(keys, k)
+		require.Equal(t, []string{"STORED"}, c.do(fmt.Sprintf("set %s 0 0 %d\r\n%s\r\n", k, len(value), value), "STORED"))
+	}
+	line := strings.Repeat(" "+strings.Join(keys, " "), 10) // 1,000 keys
+	want := c.do("get" + line + "\r\n")
+	require.Len(t, want, 2*1000+1)
+	gats := newGatProbe(t, srv)
+	require.Equal(t, want, c.do("gat 0"+line+"\r\n"), "the connection's first gat")
+	gats.take()
+	require.Equal(t, want, c.do("gat 0"+line+"\r\n"))
+	chunks, _ := gats.take()
+	require.Len(t, chunks, (1000+mcserver.GatChunk-1)/mcserver.GatChunk, "chunks: %v", chunks)
+	for i, n := range chunks[:len(chunks)-1] {
+		require.Equal(t, mcserver.GatChunk, n, "chunk %d of %v", i, chunks)
 	}
 }
 

@@ -34,6 +34,9 @@ type reply struct {
 	// budgeted is how much of the connection's reply budget buf holds,
 	// given back once it is written (or dropped).
 	budgeted int
+	// gatKeys is how many keys of a gat this reply touches (see gat),
+	// counted out of conn.gatKeys once it is written (or dropped).
+	gatKeys int
 }
 
 // Get replies are streamed: the reader hands the writer a chunk of about
@@ -103,6 +106,15 @@ type conn struct {
 	// gatDone are the done channels of the last two gat chunks proposed on
 	// this connection, older first (see gat).
 	gatDone [2]chan struct{}
+	// gatKeys counts the keys of gat chunks proposed on this connection
+	// and not yet written: what holds their values in memory.
+	gatKeys atomic.Int64
+	// gatKeyBytes is the reply bytes per key of the newest gat chunk the
+	// writer rendered, or before any the item size limit (the most a key
+	// can hold): how gat sizes its next chunk. An estimate, not a bound:
+	// a gat whose values grow from small to large midway has chunks of
+	// gatChunk keys of them in flight until one of them is rendered.
+	gatKeyBytes atomic.Int64
 
 	// For `stats conns`: the socket's file descriptor (as memcached shows
 	// it) or a sequence number, the reader's state, and the second (since
@@ -169,6 +181,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 	c.id = s.connID(nc)
 	c.addr = nc.RemoteAddr().String()
 	c.budget.cond.L = &c.budget.mu
+	c.gatKeyBytes.Store(int64(s.cfg.MaxItemSize))
 	return c
 }
 
@@ -388,6 +401,9 @@ func (c *conn) writeLoop() {
 	for rp := range c.queue {
 		if rp.calls != nil {
 			rp.buf = c.await(rp)
+			// The results are rendered: a gat's hold their values, which
+			// must not stay in memory twice while the reply is written.
+			rp.calls = nil
 		}
 		if rp.cmd != 0 {
 			c.s.stats.observe(rp.cmd, time.Since(c.s.stats.Started)-rp.start)
@@ -401,6 +417,9 @@ func (c *conn) writeLoop() {
 		// must free the budget too, so that the reader never waits on us.
 		if rp.budgeted > 0 {
 			c.budget.release(rp.budgeted)
+		}
+		if rp.gatKeys > 0 {
+			c.gatKeys.Add(-int64(rp.gatKeys))
 		}
 		c.queued.Add(-1)
 	}

@@ -3,6 +3,7 @@ package mcserver
 import (
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -241,12 +242,23 @@ func (c *conn) get(req *mcproto.Request) *reply {
 //
 // A touch comes back with its item's value, so a gat's touches hold their
 // values until the reply is written. A gat of many keys is therefore
-// proposed gatChunk keys at a time, each chunk's hits streamed before the
-// chunk after next is proposed: at most two chunks' values wait in memory
-// per connection, across pipelined gats too, as get keeps at most a budget
-// of its values, where proposing every key at once held them all (a 1 MiB
-// line names about 4,000 keys of 250 bytes, or the same 1 MiB item over and
-// over).
+// proposed a chunk at a time, each chunk's hits streamed before the chunk
+// after next is proposed: at most two chunks' values wait in memory per
+// connection, across pipelined gats too, where proposing every key at once
+// held them all (a 1 MiB line names about 4,000 keys of 250 bytes, or the
+// same 1 MiB item over and over).
+//
+// A chunk's values are also held to about the reply budget, as get's are,
+// not only its keys: 16 touches of a 1 MiB item are 16 MiB, and two chunks
+// behind the one being written held 48 MiB per connection. Which values a
+// touch returns is known only once it is applied, so the chunk size follows
+// the value bytes per key of the connection's newest chunk rendered (at
+// first, the item size limit): as many keys as fit in the budget, at least
+// one, at most gatChunk; and while they are large, the next chunk waits for
+// every chunk in flight to be rendered, so that one chunk's values wait
+// behind the one being written. Small values keep chunks of gatChunk keys,
+// two in flight. A gat whose small values give way to large ones midway
+// still holds up to two chunks of them once (see gatKeyBytes).
 func (c *conn) gat(req *mcproto.Request) *reply {
 	st := c.s.stats
 	// memcached counts a gat's keys as touches only, not as gets.
@@ -263,12 +275,27 @@ func (c *conn) gat(req *mcproto.Request) *reply {
 			<-d
 			c.gatDone[0] = nil
 		}
+		perKey := c.gatKeyBytes.Load()
+		if perKey*gatChunk > replyBudget {
+			// Large values: the last chunk too, so that only one chunk's
+			// values wait behind the one the writer has.
+			if d := c.gatDone[1]; d != nil {
+				<-d
+				c.gatDone[1] = nil
+			}
+			perKey = c.gatKeyBytes.Load()
+		}
 		if !first && (g.failed.Load() || c.broken.Load()) {
 			return &reply{} // the reply has ended, or nobody reads it
 		}
-		n := min(len(keys), gatChunk)
+		n := min(len(keys), gatChunkKeys(perKey))
 		last := n == len(keys)
+		held := c.gatKeys.Add(int64(n))
+		if probe := c.s.gatProbe.Load(); probe != nil {
+			(*probe)(n, int(held))
+		}
 		rp, ok := g.chunk(keys[:n], last)
+		rp.gatKeys = n
 		c.gatDone[0], c.gatDone[1] = c.gatDone[1], rp.done
 		if !ok || last {
 			return rp
@@ -278,8 +305,22 @@ func (c *conn) gat(req *mcproto.Request) *reply {
 	}
 }
 
+// gatChunkKeys is how many keys a gat chunk may have when each holds about
+// perKey bytes of values: as many as fit in the reply budget, within
+// [1, gatChunk].
+func gatChunkKeys(perKey int64) int {
+	if perKey <= 0 {
+		return gatChunk
+	}
+	return int(max(1, min(replyBudget/perKey, gatChunk)))
+}
+
 // gatChunk is how many of a gat's keys are proposed together.
 const gatChunk = 16
+
+// valueHeaderMax bounds the bytes of a VALUE line besides its key: "VALUE ",
+// flags, length and CAS with their spaces, and the two line ends.
+const valueHeaderMax = 64
 
 // gatReply is one gat's state across its chunks.
 type gatReply struct {
@@ -328,6 +369,16 @@ func (g *gatReply) chunk(keys [][]byte, last bool) (rp *reply, ok bool) {
 			st.count(g.which, ResultServerError, 1)
 			return errorReply(dst, err)
 		}
+		// Sized at once: grown by appending, a chunk of large values
+		// left copies of up to twice its size behind.
+		size := 0
+		for i, r := range res {
+			if r.Status == kv.StatusHit {
+				size += len(copies[i]) + len(r.Item.Value) + valueHeaderMax
+			}
+		}
+		dst = slices.Grow(dst, size+len(mcproto.ReplyEnd))
+		start := len(dst)
 		for i, r := range res {
 			if r.Status != kv.StatusHit {
 				st.TouchMisses.Add(1)
@@ -337,6 +388,11 @@ func (g *gatReply) chunk(keys [][]byte, last bool) (rp *reply, ok bool) {
 			st.TouchHits.Add(1)
 			st.count(g.which, ResultHit, 1)
 			dst = mcproto.AppendValue(dst, copies[i], r.Item.Flags, r.Item.Value, r.Item.CAS, g.withCAS)
+		}
+		// Published before done is closed, for the reader to size the
+		// next chunk by.
+		if len(res) > 0 {
+			c.gatKeyBytes.Store(int64((len(dst) - start + len(res) - 1) / len(res)))
 		}
 		if last {
 			dst = mcproto.AppendEnd(dst)

@@ -52,6 +52,10 @@ type Server struct {
 	stats  *Stats
 	// connSeq numbers connections that have no file descriptor.
 	connSeq atomic.Uint64
+	// gatProbe, when set (by tests), is called as every gat chunk is
+	// proposed, with its keys and the keys of its connection's gat chunks
+	// proposed and not yet written, its own included.
+	gatProbe atomic.Pointer[func(keys, held int)]
 	// lastAccept is the second (since Stats.Started) of the last accepted
 	// connection: the listener's secs_since_last_cmd in `stats conns`.
 	lastAccept atomic.Int64
