@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -16,43 +15,10 @@ import (
 // to prove replicas did not diverge.
 type Digest struct {
 	Applied uint64 `json:"applied"`
-	// Keys counts every stored key (items, expiry index, metadata), but
-	// for metadata at the value its absence stands for (metaDefaults).
+	// Keys counts every stored key (items, expiry index, metadata).
 	Keys uint64 `json:"keys"`
-	// Sum is the hex SHA-256 of every key and value Keys counts, in key
-	// order.
+	// Sum is the hex SHA-256 of every key and value in key order.
 	Sum string `json:"sum"`
-}
-
-// metaDefaults are metadata keys whose absence stands for a value, with
-// that value. Apply writes metaFlushedBefore and metaClusterVersion only in
-// a batch that changes them, and raft hands each node the same entries in
-// batches of its own: a node may hold such a key at its default (one batch
-// moved it away, a later one back, as a delayed flush_all replacing a
-// passed one and then an immediate flush_all do) where a node that applied
-// both in one batch never wrote it. That is the same state, which Digest
-// must hash alike, so a key at its default is hashed as absent.
-var metaDefaults = []struct {
-	key []byte
-	v   uint64
-}{
-	{metaFlushedBefore, 0},
-	{metaClusterVersion, 1},
-	{metaFlushAt, 0},
-}
-
-// isMetaDefault reports whether key and v are a metaDefaults key at its
-// default.
-func isMetaDefault(key, v []byte) bool {
-	if len(v) != 8 {
-		return false
-	}
-	for _, d := range metaDefaults {
-		if bytes.Equal(key, d.key) {
-			return binary.BigEndian.Uint64(v) == d.v
-		}
-	}
-	return false
 }
 
 // Digest reads a consistent snapshot of the store (the applied index comes
@@ -92,9 +58,6 @@ func (f *FSM) Digest() (Digest, error) {
 		v, err := it.ValueAndErr() // Value() hides a failed read as nil
 		if err != nil {
 			return Digest{}, fmt.Errorf("digest: read %q: %w", it.Key(), err)
-		}
-		if isMetaDefault(it.Key(), v) {
-			continue
 		}
 		// Length-prefixed, so no two different states hash the same bytes.
 		for _, b := range [][]byte{it.Key(), v} {

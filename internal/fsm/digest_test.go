@@ -14,7 +14,8 @@ import (
 // the same digest whatever their batches were. A passed delayed flush_all
 // replaced by another (cluster version 3: its horizon is kept) and then an
 // immediate flush_all took the kept horizon from 0 to t+1s and back to 0:
-// applied in one batch, nothing was written; one entry a batch, a 0 was.
+// applied in one batch, nothing was written; one entry a batch, a 0 was
+// (Apply now deletes the key at 0).
 func TestDigestIgnoresBatching(t *testing.T) {
 	var ents []Entry
 	for i, c := range []command.Command{

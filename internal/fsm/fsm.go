@@ -687,8 +687,18 @@ func (f *FSM) Apply(ents []Entry) ([]Result, error) {
 		}
 	}
 	if st.flush.before != flushedBefore {
-		binary.BigEndian.PutUint64(buf[:], uint64(st.flush.before))
-		if err := b.Set(metaFlushedBefore, buf[:], nil); err != nil {
+		// Absent at 0, never written as 0: each node batches the same
+		// entries its own way, and a horizon set and reset within one
+		// batch on one node, across two on another, must leave the same
+		// bytes (the digest compares them).
+		var err error
+		if st.flush.before == 0 {
+			err = b.Delete(metaFlushedBefore, nil)
+		} else {
+			binary.BigEndian.PutUint64(buf[:], uint64(st.flush.before))
+			err = b.Set(metaFlushedBefore, buf[:], nil)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("apply: write %q: %w", metaFlushedBefore, err)
 		}
 	}
