@@ -277,14 +277,11 @@ func (a *api) adminFail(w http.ResponseWriter, r *http.Request, body []byte, err
 		writeError(w, http.StatusServiceUnavailable, "leader_transfer", err.Error())
 	case errors.Is(err, kv.ErrChangeInProgress):
 		writeError(w, http.StatusServiceUnavailable, "change_in_progress", err.Error())
-	case errors.Is(err, kv.ErrUnknownOutcome):
-		// The leader lost its leadership or stopped with the change in
-		// flight: nothing is wrong with the request, and the change may
-		// still commit. A retry is answered truthfully (an add that
-		// committed as done, a removal that did as not_found).
-		writeError(w, http.StatusServiceUnavailable, "unknown_outcome",
-			"the leader changed or stopped while the change was in flight: it may have been made (see kvd cluster status)")
-	case errors.Is(err, kv.ErrNoLeader), errors.Is(err, kv.ErrTimeout), errors.Is(err, kv.ErrStopped),
+	// ErrUnknownOutcome: the leader lost its leadership or stopped with the
+	// change in flight; nothing is wrong with the request, and a retry is
+	// answered truthfully (an add that committed as done, a removal that
+	// did as not_found).
+	case errors.Is(err, kv.ErrNoLeader), errors.Is(err, kv.ErrTimeout), errors.Is(err, kv.ErrStopped), errors.Is(err, kv.ErrUnknownOutcome),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		a.failErr(w, r, err)
 	default:

@@ -46,7 +46,7 @@ func (a *api) failErr(w http.ResponseWriter, r *http.Request, err error) string 
 	case errors.Is(err, kv.ErrNoLeader):
 		code, msg = "no_leader", "no leader: the cluster has no quorum"
 	case errors.Is(err, kv.ErrUnknownOutcome):
-		code, msg = "unknown_outcome", "timed out waiting for the write: its outcome is unknown and it may have been applied"
+		code, msg = "unknown_outcome", "the write's outcome is unknown (a timeout, a leader change or a stop while it was in flight): it may have been applied"
 	case errors.Is(err, kv.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		code, msg = "timeout", "request timed out"
 	case errors.Is(err, kv.ErrBusy):
