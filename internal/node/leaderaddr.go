@@ -23,10 +23,12 @@ import (
 // it names (transport statusWrongNode), so a stale or wrong answer costs a
 // failed dial, never a message to the wrong node.
 
-// askLeaderEvery spaces the rounds of asking, askLeaderTimeout bounds one.
+// askLeaderEvery spaces the rounds of asking; askLeaderTimeout bounds the
+// ask of one member, so that one that drops packets does not use up the
+// round before the others are asked.
 const (
 	askLeaderEvery   = time.Second
-	askLeaderTimeout = 2 * time.Second
+	askLeaderTimeout = 500 * time.Millisecond
 )
 
 // needsLeaderAddr reports whether st follows a leader the transport has no
@@ -45,8 +47,6 @@ func (n *Node) needsLeaderAddr(st replica.Status) bool {
 // transport until syncPeers finds the leader in the configuration (or
 // raft follows another).
 func (n *Node) learnLeaderAddr(ctx context.Context, leader replica.NodeID) {
-	ctx, cancel := context.WithTimeout(ctx, askLeaderTimeout)
-	defer cancel()
 	self := uint64(IDOf(n.cfg.Name))
 	var errs []error
 	for id, m := range n.rows() {
@@ -74,6 +74,8 @@ func (n *Node) learnLeaderAddr(ctx context.Context, leader replica.NodeID) {
 // askPeerAddr reads id's peer address from the member at httpAddr (GET
 // /v1/cluster, that member's applied configuration and member table).
 func askPeerAddr(ctx context.Context, httpAddr string, id replica.NodeID) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, askLeaderTimeout)
+	defer cancel()
 	var cs httpapi.ClusterStatus
 	status, err := getJSON(ctx, httpAddr, "/v1/cluster", 1<<20, &cs)
 	if err != nil {
