@@ -319,7 +319,7 @@ func (c *Config) Members() ([]Member, error) {
 		// wildcard host would have them dial themselves. Only a lone
 		// member's entry is where to listen (its node advertises its host
 		// name instead), like the default.
-		if ip := net.ParseIP(host); len(parts) > 1 && (host == "" || (ip != nil && ip.IsUnspecified())) {
+		if len(parts) > 1 && wildcardHost(host) {
 			return nil, fmt.Errorf("initial-cluster: member %s: %q is where to listen, not where the others reach it: give its host name or address", name, addr)
 		}
 		if seen[name] {
@@ -347,19 +347,23 @@ func validPort(port string, listen bool) bool {
 // the second listen would fail at start with the system's "address already
 // in use", naming neither flag. Port 0 picks a free port for each.
 func (c *Config) checkListenersApart(add func(string, ...any)) {
-	type listener struct{ flag, host, port string }
+	type listener struct {
+		flag, addr, host string
+		port             uint64
+	}
 	var seen []listener
 	for _, l := range []struct{ flag, addr string }{{"memcache-addr", c.MemcacheAddr}, {"http-addr", c.HTTPAddr}, {"peer-addr", c.PeerAddr}} {
-		host, port, err := net.SplitHostPort(l.addr)
-		if err != nil || port == "0" {
-			continue
+		host, p, err := net.SplitHostPort(l.addr)
+		port, perr := strconv.ParseUint(p, 10, 16)
+		if err != nil || perr != nil || port == 0 {
+			continue // reported as malformed, or a free port each
 		}
 		for _, s := range seen {
 			if s.port == port && (s.host == host || wildcardHost(s.host) || wildcardHost(host)) {
-				add("%s %q: the same port as %s %q; each listener needs its own", l.flag, l.addr, s.flag, net.JoinHostPort(s.host, s.port))
+				add("%s %q: the same port as %s %q; each listener needs its own", l.flag, l.addr, s.flag, s.addr)
 			}
 		}
-		seen = append(seen, listener{l.flag, host, port})
+		seen = append(seen, listener{l.flag, l.addr, host, port})
 	}
 }
 
@@ -443,7 +447,7 @@ func (c *Config) Validate() error {
 		// dials 0.0.0.0 or :: reaches itself.
 		if host, port, err := net.SplitHostPort(addr); err != nil || host == "" || !validPort(port, false) {
 			add("%s %q: want a reachable host:port", flag, addr)
-		} else if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		} else if wildcardHost(host) {
 			add("%s %q: want a reachable host:port, not the wildcard %s", flag, addr, host)
 		}
 	}
