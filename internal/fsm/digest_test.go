@@ -40,8 +40,10 @@ func TestDigestIgnoresBatching(t *testing.T) {
 		_, err := split.Apply(ents[i : i+1])
 		require.NoError(t, err)
 	}
-	require.Zero(t, whole.FlushedBefore())
-	require.Zero(t, split.FlushedBefore())
+	_, wholeBefore := whole.FlushHorizons()
+	_, splitBefore := split.FlushHorizons()
+	require.Zero(t, wholeBefore)
+	require.Zero(t, splitBefore)
 	want, err := whole.Digest()
 	require.NoError(t, err)
 	got, err := split.Digest()

@@ -556,14 +556,16 @@ func (f *FSM) ExpiredBefore(nowSec int64, limit int) ([]command.KeyCAS, error) {
 // (at least 1; see command.ClusterVersionMax).
 func (f *FSM) ClusterVersion() uint64 { return f.clusterVersion.Load() }
 
-// FlushAt is the time (Unix ns) from which the last delayed flush_all hides
-// what was stored before it, 0 when no such flush is recorded.
-func (f *FSM) FlushAt() int64 { return f.horizons().at }
-
-// FlushedBefore is the passed horizon of a delayed flush_all that a later
-// one replaced (Unix ns; 0 when none): what was stored before it is hidden
-// for good, and waits for the leader's crawl (HiddenAfter).
-func (f *FSM) FlushedBefore() int64 { return f.horizons().before }
+// FlushHorizons are the delayed flush_all horizons as of one apply (Unix
+// ns; 0: none): at, from which the last delayed flush_all hides what was
+// stored before it, and before, the passed horizon of one that a later one
+// replaced, before which everything is hidden for good and waits for the
+// leader's crawl (HiddenAfter). Read apart, the two could pair a new
+// horizon with the one before the one it replaced.
+func (f *FSM) FlushHorizons() (at, before int64) {
+	h := f.horizons()
+	return h.at, h.before
+}
 
 // HiddenAfter reads up to steps items, and values of at most about maxBytes
 // (values of a kilobyte and more live in blob files, read whole with their

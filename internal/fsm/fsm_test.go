@@ -557,10 +557,12 @@ func TestDelayedFlushReplacedAfterItsHorizonStaysFlushed(t *testing.T) {
 			check(f)
 			if version < 3 {
 				require.Equal(t, int64(1), f.Stats().Items, "deleted in the replacing flush's apply")
-				require.Zero(t, f.FlushedBefore())
+				_, before := f.FlushHorizons()
+				require.Zero(t, before)
 			} else {
 				require.Equal(t, int64(3), f.Stats().Items, "left to the crawl")
-				require.Equal(t, t0+10e9, f.FlushedBefore())
+				_, before := f.FlushHorizons()
+				require.Equal(t, t0+10e9, before)
 				require.NoError(t, f.Close())
 				f = openTest(t, dir)
 				check(f)
@@ -583,8 +585,9 @@ func TestDelayedFlushReplacedAfterItsHorizonStaysFlushed(t *testing.T) {
 			// An immediate flush_all deletes everything and ends both
 			// horizons: what is stored after it is visible whenever.
 			a.do(command.Command{Op: command.OpFlush, Stamp: t0 + 23e9})
-			require.Zero(t, f.FlushedBefore())
-			require.Zero(t, f.FlushAt())
+			at, before := f.FlushHorizons()
+			require.Zero(t, at)
+			require.Zero(t, before)
 			early := set(command.OpSet, "early-stamp", "v")
 			early.Stamp = t0 + 1 // a lagging clock's stamp, before both old horizons
 			a.do(early)

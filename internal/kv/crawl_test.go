@@ -30,8 +30,7 @@ type crawlStore struct {
 	reads           int
 }
 
-func (s *crawlStore) FlushAt() int64       { return s.flushAt }
-func (s *crawlStore) FlushedBefore() int64 { return s.before }
+func (s *crawlStore) FlushHorizons() (int64, int64) { return s.flushAt, s.before }
 
 func (s *crawlStore) HiddenAfter([]byte, int, int64, int64) ([]command.KeyCAS, []byte, error) {
 	s.reads++

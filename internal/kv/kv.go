@@ -59,8 +59,7 @@ type Store interface {
 	Get(key []byte, nowNs int64) (fsm.Item, bool, error)
 	Stats() fsm.Stats
 	ExpiredBefore(nowSec int64, limit int) ([]command.KeyCAS, error)
-	FlushAt() int64
-	FlushedBefore() int64
+	FlushHorizons() (at, before int64)
 	HiddenAfter(after []byte, steps int, maxBytes int64, nowNs int64) (hidden []command.KeyCAS, next []byte, err error)
 	Digest() (fsm.Digest, error)
 }
@@ -296,7 +295,7 @@ const (
 // stored.
 //
 // Until the last flush time's pass may start, the pass is for the passed
-// flush time that one replaced, if any (fsm.FlushedBefore): what it hides
+// flush time that one replaced, if any (fsm.FlushHorizons): what it hides
 // is hidden for good, and a last flush time a day away would otherwise
 // keep it on disk until then. So it is too when that replaced time is the
 // later one (a flush_all given an absolute time already past, from cluster
@@ -304,7 +303,8 @@ const (
 // the earlier one may be past the crawl's window, which would leave what
 // both hide on disk for good.
 func (s *Service) crawlFlushed(ctx context.Context) error {
-	flushAt, before, now := s.store.FlushAt(), s.store.FlushedBefore(), s.now().UnixNano()
+	flushAt, before := s.store.FlushHorizons()
+	now := s.now().UnixNano()
 	if flushAt == 0 {
 		s.crawl = flushCrawl{} // an immediate flush_all deleted everything
 		return nil

@@ -39,9 +39,8 @@ func (s *listStore) Stats() fsm.Stats                          { return fsm.Stat
 func (s *listStore) ExpiredBefore(int64, int) ([]command.KeyCAS, error) {
 	return nil, nil
 }
-func (s *listStore) Digest() (fsm.Digest, error) { return fsm.Digest{}, nil }
-func (s *listStore) FlushAt() int64              { return 0 }
-func (s *listStore) FlushedBefore() int64        { return 0 }
+func (s *listStore) Digest() (fsm.Digest, error)   { return fsm.Digest{}, nil }
+func (s *listStore) FlushHorizons() (int64, int64) { return 0, 0 }
 func (s *listStore) HiddenAfter([]byte, int, int64, int64) ([]command.KeyCAS, []byte, error) {
 	return nil, nil, nil
 }
