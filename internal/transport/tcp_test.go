@@ -616,9 +616,8 @@ func TestTCPProbeDialEndedByAddressChange(t *testing.T) {
 // frame it refuses, or another process with the same node ID taking the
 // connection's place) is redialled with a growing backoff: the backoff
 // used to end at the first write the kernel took, and the writer
-// redialled every 25-50 ms for good, each dial logged at info. Over about
-// 1.5 s at a 100 ms cap that was some 40 dials; doubling from 50 ms to the
-// cap makes at most about 17.
+// redialled every 25-50 ms for good, each dial logged at info: some 40
+// dials in about 1.5 s.
 func TestTCPBackoffSurvivesConnectionsDroppedAtOnce(t *testing.T) {
 	checkNoLeak(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -642,7 +641,12 @@ func TestTCPBackoffSurvivesConnectionsDroppedAtOnce(t *testing.T) {
 			}()
 		}
 	}()
-	tr := newTCP(t, fastConfig(7, 1, map[uint64]string{2: ln.Addr().String()}), newRecorder(), nil)
+	cfg := fastConfig(7, 1, map[uint64]string{2: ln.Addr().String()})
+	// Doubling from 50 ms to a cap of 400 ms, each wait jittered to at
+	// least half: at most about 10 dials in 1.5 s however fast the machine,
+	// where a backoff that ends at every accepted write allows 60.
+	cfg.MaxBackoff = 400 * time.Millisecond
+	tr := newTCP(t, cfg, newRecorder(), nil)
 	deadline := time.Now().Add(1500 * time.Millisecond)
 	for i := uint64(1); time.Now().Before(deadline); i++ {
 		tr.Send([]*pb.Message{app(1, 2, i)})
