@@ -274,7 +274,7 @@ func (l *Log) prepareSpare() {
 		if err != nil && !errors.Is(err, errClosedWhilePrefilling) {
 			// Not again before the next segment: see prefillGaveUp.
 			l.prefillGaveUp = true
-			l.logger.Warn("prefilling a spare raft log segment failed; new segments are preallocated instead", "err", err)
+			l.logger.Warn("no spare raft log segment prefilled; new segments are preallocated instead", "err", err)
 		}
 		_ = l.fs.Remove(tmp)
 	}()
