@@ -995,6 +995,20 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 			return err
 		}
 	}
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		// The proposals raft took whose entries the snapshot covers will
+		// never be applied here, so their results are nowhere: their
+		// entries are at or below its index, or below the received state's
+		// applied index, which the state machine skips as raft redelivers
+		// them. This member cannot tell which proposals those are (a
+		// follower never learns its forwarded proposals' indexes), so all
+		// those still waiting after this Ready's entries were applied hear
+		// that their outcome is unknown, as at a leader change, rather than
+		// at their timeout. Those still queued are proposed after the
+		// leader's checkpoint, past anything it holds, and are answered as
+		// usual.
+		r.waits.failProposed(ErrUnknownOutcome)
+	}
 	r.reads.applied(r.sm.AppliedIndex())
 	// Compact only now: the entries applied early were committed by this
 	// Ready's HardState, which the log refuses to compact past until it is

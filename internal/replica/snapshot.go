@@ -157,16 +157,6 @@ func (r *Replica) installSnapshot(snap *pb.Snapshot) error {
 		return fmt.Errorf("install snapshot at %d into the raft log: %w", idx, err)
 	}
 	t.delivered.Store(idx)
-	// The proposals raft took before now whose entries the snapshot covers
-	// will never be applied here, so their results are nowhere: their
-	// entries are at or below idx, or below the received state's applied
-	// index, which the state machine skips as raft redelivers them. This
-	// member cannot tell which proposals those are (a follower never learns
-	// its forwarded proposals' indexes), so all of them hear now that their
-	// outcome is unknown, as at a leader change, rather than at their
-	// timeout. Those still queued are proposed after the leader's
-	// checkpoint, past anything it holds, and are answered as usual.
-	r.waits.failProposed(ErrUnknownOutcome)
 	r.lastCompact = idx
 	r.span.reset()
 	r.confState = proto.Clone(pb.EnsureConfState(meta.GetConfState())).(*pb.ConfState)
