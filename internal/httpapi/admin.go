@@ -266,6 +266,10 @@ func (a *api) adminFail(w http.ResponseWriter, r *http.Request, body []byte, err
 		writeError(w, http.StatusConflict, "version_too_old", err.Error())
 	case errors.Is(err, kv.ErrLastVoter):
 		writeError(w, http.StatusConflict, "last_voter", err.Error())
+	case errors.Is(err, kv.ErrNoTransferTarget):
+		// The cluster's state, not the request, is at fault: a 409 as for
+		// the last voter, where a 400 read as a malformed request.
+		writeError(w, http.StatusConflict, "no_transfer_target", err.Error())
 	case errors.Is(err, kv.ErrQuorumAtRisk):
 		writeError(w, http.StatusConflict, "quorum_at_risk",
 			err.Error()+" (force it to remove the member anyway: ?force=true, kvd cluster remove --force)")

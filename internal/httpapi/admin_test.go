@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -34,4 +35,16 @@ func TestAdminChangeOfUnknownOutcomeIsRetryable(t *testing.T) {
 		require.Contains(t, msg, "may have been")
 		require.Equal(t, "1", r.header.Get("Retry-After"))
 	}
+}
+
+// A leadership transfer with no voter to go to (a single node, or the
+// others down) is the cluster's state, not a malformed request: 409
+// no_transfer_target, where it was a 400 bad_request.
+func TestTransferWithNoTargetIsAConflict(t *testing.T) {
+	n := startNode(t)
+	srv := httptest.NewServer(httpapi.New(n.KV(), slog.New(slog.NewTextHandler(io.Discard, nil)), httpapi.Options{Admin: refusingAdmin{fmt.Errorf("transfer leadership: %w", kv.ErrNoTransferTarget)}}))
+	defer srv.Close()
+	c := newClient(t, srv.URL)
+	r := c.do(http.MethodPost, "/v1/cluster/transfer-leader", strings.NewReader(`{}`), "Content-Type", "application/json")
+	require.Contains(t, expectError(t, r, http.StatusConflict, "no_transfer_target"), "no other voter")
 }

@@ -19,8 +19,8 @@ type Error struct {
 	// coding), not_ready, no_leader, timeout, unknown_outcome, busy,
 	// no_space, shutting_down, internal; on the cluster endpoints also
 	// bad_json, unsupported_media_type (415), cross_site (403),
-	// not_implemented, member_exists, last_voter, quorum_at_risk, removed,
-	// version_too_old,
+	// not_implemented, member_exists, last_voter, no_transfer_target,
+	// quorum_at_risk, removed, version_too_old,
 	// not_leader, leader_unreachable, and the 503s leader_transfer and
 	// change_in_progress (retry).
 	Code string `json:"code"`

@@ -389,6 +389,7 @@ var (
 	ErrMemberExists      = replica.ErrMemberExists
 	ErrQuorumAtRisk      = replica.ErrQuorumAtRisk
 	ErrLastVoter         = replica.ErrLastVoter
+	ErrNoTransferTarget  = replica.ErrNoTransferTarget
 	ErrRemoved           = replica.ErrRemoved
 	ErrConfChangeTimeout = replica.ErrConfChangeTimeout
 	// ErrVersionTooOld refuses a joining member whose kvd cannot apply

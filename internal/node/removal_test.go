@@ -228,3 +228,12 @@ func TestRemovedMemberAddedBackStopsOnItsOldDataDir(t *testing.T) {
 	}
 	require.NotZero(t, n3.rep.Status().RemovedAt)
 }
+
+// A lone node has no voter to hand leadership to: the error says so by
+// kind (the HTTP API answers it 409 no_transfer_target).
+func TestTransferOnALoneNodeHasNoTarget(t *testing.T) {
+	n := startReady(t, loneConfig("n1", t.TempDir(), "127.0.0.1:0"))
+	t.Cleanup(func() { _ = n.Shutdown(context.Background()) })
+	_, err := n.TransferLeader(t.Context(), "")
+	require.ErrorIs(t, err, replica.ErrNoTransferTarget)
+}

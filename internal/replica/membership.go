@@ -44,7 +44,11 @@ var (
 	// node applying one, at every restart), so not even a forced removal
 	// may propose it.
 	ErrLastVoter = errors.New("it is the last voter, which no change can remove")
-	ErrRemoved   = errors.New("this member was removed from the cluster")
+	// ErrNoTransferTarget: a leadership transfer named no voter, and no
+	// other voter has answered this leader lately (a single node, or the
+	// others down).
+	ErrNoTransferTarget = errors.New("no other voter to transfer to: none has answered the leader lately")
+	ErrRemoved          = errors.New("this member was removed from the cluster")
 	// ErrTransferring: raft takes no proposal while leadership is being
 	// handed over, which ends within an election timeout. Retry.
 	ErrTransferring = errors.New("a leadership transfer is in progress; retry in a moment")
@@ -242,7 +246,7 @@ func (r *Replica) TransferLeadership(ctx context.Context, to NodeID) (NodeID, er
 		if to == 0 {
 			to = NodeID(bestSuccessor(st, voters, r.heardFrom))
 			if to == 0 {
-				return errors.New("transfer leadership: no other voter to transfer to")
+				return fmt.Errorf("transfer leadership: %w", ErrNoTransferTarget)
 			}
 		}
 		if !slices.Contains(voters, uint64(to)) {
