@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -28,11 +27,7 @@ func TestPipelinedGatsWaitForTheClient(t *testing.T) {
 	probe := dial(t, addr)
 	value := strings.Repeat("v", 64<<10)
 	require.Equal(t, []string{"STORED"}, probe.do(fmt.Sprintf("set big 0 0 %d\r\n%s\r\n", len(value), value), "STORED"))
-	touches := func() int {
-		n, err := strconv.Atoi(stats(t, probe.do("stats\r\n"))["cmd_touch"])
-		require.NoError(t, err)
-		return n
-	}
+	touches := func() int { return statInt(t, probe, "cmd_touch") }
 	before := touches()
 
 	nc, err := net.Dial("tcp", addr)

@@ -53,6 +53,14 @@ func (c *client) do(req string, final ...string) []string {
 }
 
 // stats parses STAT lines into a map; it fails on anything else but END.
+// statInt is the general stat name as c reads it now.
+func statInt(tb testing.TB, c *client, name string) int {
+	tb.Helper()
+	n, err := strconv.Atoi(stats(tb, c.do("stats\r\n"))[name])
+	require.NoError(tb, err, "stat %s", name)
+	return n
+}
+
 func stats(tb testing.TB, lines []string) map[string]string {
 	tb.Helper()
 	require.Equal(tb, "END", lines[len(lines)-1])
