@@ -42,19 +42,7 @@ func TestPipelinedGatsWaitForTheClient(t *testing.T) {
 	// Wait until the reader stops (the count holds still) or has read
 	// every gat; a count that holds still for a while and is short of
 	// every gat is the reader waiting for the client.
-	last, still := -1, 0
-	for i := 0; i < 3000 && still < 20; i++ {
-		n := touches() - before
-		if n == gats*keys {
-			break
-		}
-		if n == last {
-			still++
-		} else {
-			last, still = n, 0
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitStill(func() int { return touches() - before }, gats*keys)
 	n := touches() - before
 	require.Less(t, n, gats*keys/4, "the server read on while the client read nothing: %d of %d touches", n, gats*keys)
 
@@ -139,19 +127,7 @@ func TestLargeGatHoldsAFewItems(t *testing.T) {
 
 	// Wait until the reader stops proposing (the count holds still) or has
 	// proposed every key, the client still reading nothing.
-	last, still := -1, 0
-	for i := 0; i < 3000 && still < 20; i++ {
-		n := gats.proposed()
-		if n == keys {
-			break
-		}
-		if n == last {
-			still++
-		} else {
-			last, still = n, 0
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitStill(gats.proposed, keys)
 
 	require.NoError(t, nc.SetReadDeadline(time.Now().Add(time.Minute)))
 	r := bufio.NewReaderSize(nc, 128<<10)
@@ -260,4 +236,24 @@ func TestPipelinedStatsWaitForTheClient(t *testing.T) {
 	}
 	n := served() - before
 	require.Less(t, n, uint64(150), "the server read on while the client read nothing: %d of %d", n, pipelined)
+}
+
+// waitStill polls count until it reaches all or holds still for 20 polls
+// 10 ms apart (at most 30 s): the server stopped reading, or read it all.
+// Stopping early on a slow machine can only let a bound on what was read
+// pass, never fail it.
+func waitStill(count func() int, all int) {
+	last, still := -1, 0
+	for i := 0; i < 3000 && still < 20; i++ {
+		n := count()
+		if n == all {
+			return
+		}
+		if n == last {
+			still++
+		} else {
+			last, still = n, 0
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
