@@ -6,9 +6,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvd-project/kvd/internal/testutil/syncbuf"
 )
 
 // testConfig is a short, count-bounded run of preset against servers.
@@ -279,28 +280,10 @@ func TestProgressLine(t *testing.T) {
 	cfg := testConfig(t, "custom", f.addr())
 	// Two ticks of the 1 s progress clock: one may race the run's end.
 	cfg.Duration, cfg.MaxOps, cfg.Rate = 2500*time.Millisecond, 1e6, 2000
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	cfg.Progress = &buf
 	mustRun(t, cfg)
 	if s := buf.String(); !strings.Contains(s, "ops/s") || !strings.Contains(s, "custom run c=2") || !strings.HasSuffix(s, "\r\x1b[K") {
 		t.Fatalf("progress output %q", s)
 	}
-}
-
-// syncBuffer is a strings.Builder safe for the progress goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

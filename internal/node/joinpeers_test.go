@@ -1,17 +1,16 @@
 package node
 
 import (
-	"bytes"
 	"io"
 	"log/slog"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvd-project/kvd/internal/config"
+	"github.com/kvd-project/kvd/internal/testutil/syncbuf"
 )
 
 // joinReady starts name as a member joining through via and waits until
@@ -61,7 +60,7 @@ func TestJoinOnAFoundedDataDirIsReported(t *testing.T) {
 	const warning = "join is ignored: this data dir already holds a cluster it founded"
 	restart := func(t *testing.T, cfg config.Config) string {
 		t.Helper()
-		var logs syncBuf
+		var logs syncbuf.Buffer
 		n, err := Start(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
 		require.NoError(t, err)
 		require.NoError(t, n.Shutdown(t.Context()))
@@ -81,22 +80,4 @@ func TestJoinOnAFoundedDataDirIsReported(t *testing.T) {
 	cfg2 := n2.cfg
 	require.NoError(t, n2.Shutdown(t.Context()))
 	require.NotContains(t, restart(t, cfg2), warning)
-}
-
-// syncBuf is a bytes.Buffer safe for the logger's goroutines.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvd-project/kvd/internal/testutil/syncbuf"
 )
 
 // build is one kvd binary built at most once per test process.
@@ -124,7 +126,7 @@ type Proc struct {
 	DataDir      string
 	MemcacheAddr string
 	HTTPAddr     string
-	Log          *syncBuffer
+	Log          *syncbuf.Buffer
 	exited       chan struct{}
 	extra        []string
 }
@@ -169,7 +171,7 @@ func serveArgs(dataDir, name string, extra []string) []string {
 func launch(t testing.TB, dataDir, name string, extra ...string) (*Proc, error) {
 	t.Helper()
 	args := serveArgs(dataDir, name, extra)
-	p := &Proc{t: t, Name: name, DataDir: dataDir, Log: &syncBuffer{}, exited: make(chan struct{}), extra: extra}
+	p := &Proc{t: t, Name: name, DataDir: dataDir, Log: &syncbuf.Buffer{}, exited: make(chan struct{}), extra: extra}
 	p.cmd = exec.Command(Binary(t), args...)
 	p.cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
 	p.cmd.Stderr = p.Log
@@ -399,7 +401,7 @@ func (p *Proc) Restart() *Proc {
 // running at the timeout (it is then killed).
 func (p *Proc) RunAgain(timeout time.Duration) (int, string) {
 	p.t.Helper()
-	var log syncBuffer
+	var log syncbuf.Buffer
 	cmd := exec.Command(Binary(p.t), serveArgs(p.DataDir, p.Name, p.extra)...)
 	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
 	cmd.Stdout, cmd.Stderr = io.Discard, &log
@@ -443,23 +445,6 @@ func Context(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // notable returns the last max lines of a kvd log that report a leader
