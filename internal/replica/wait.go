@@ -79,19 +79,7 @@ func (w *waitRegistry) markProposed(props []proposal) {
 // failProposed ends with err the waiters whose proposals raft took, and
 // leaves those still queued for it (a snapshot install).
 func (w *waitRegistry) failProposed(err error) {
-	w.mu.Lock()
-	var chs []chan Outcome
-	for id, x := range w.m {
-		if x.proposed {
-			chs = append(chs, x.ch)
-			delete(w.m, id)
-		}
-	}
-	w.n.Store(int64(len(w.m)))
-	w.mu.Unlock()
-	for _, ch := range chs {
-		ch <- Outcome{Err: err}
-	}
+	w.stop(nil, err)
 }
 
 func (w *waitRegistry) cancel(id uint64) {
@@ -113,14 +101,20 @@ func (w *waitRegistry) failAll(err error) {
 // stop ends every waiter as the node stops: with proposedErr those raft
 // took, whose entries may still commit on the other members (a leader sends
 // its appends before its own fsync, so even a failed fsync does not stop
-// them), and with err the rest, which were never proposed.
+// them), and with err the rest, which were never proposed; a nil err leaves
+// those waiting.
 func (w *waitRegistry) stop(err, proposedErr error) {
 	w.mu.Lock()
-	m := w.m
-	w.m = make(map[uint64]waiter)
-	w.n.Store(0)
+	var ended []waiter
+	for id, x := range w.m {
+		if x.proposed || err != nil {
+			ended = append(ended, x)
+			delete(w.m, id)
+		}
+	}
+	w.n.Store(int64(len(w.m)))
 	w.mu.Unlock()
-	for _, x := range m {
+	for _, x := range ended {
 		if x.proposed {
 			x.ch <- Outcome{Err: proposedErr}
 		} else {
