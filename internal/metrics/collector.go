@@ -221,26 +221,16 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 
 // storeStats reads the state store and its Pebble counters made monotonic.
 // Pebble's counters belong to the open store: a snapshot install reopens it
-// and they restart at 0 mid-process. The read and the fold into monotonic
-// are one step under monotonic's lock: two scrapes at once (an HA pair of
-// Prometheus servers, a curl beside one) could otherwise read the counters
-// in one order and fold them in the other, and the fold of the older, lower
-// read was taken for a reopen, adding the whole count to the base again.
-// Store.Stats never waits for a write or a snapshot install, so a scrape
-// waits here at most for another scrape's read.
+// and they restart at 0 mid-process. Two scrapes at once (an HA pair of
+// Prometheus servers, a curl beside one) may fold their reads in either
+// order: fold keeps the highest figure of a store and ignores one of an
+// older store, so the order does not matter.
 func (c *nodeCollector) storeStats() (fsm.Stats, [numPebbleCounters]float64) {
-	c.pebble.mu.Lock()
-	defer c.pebble.mu.Unlock()
 	fs := c.src.Store.Stats()
-	var out [numPebbleCounters]float64
-	c.pebble.foldLocked(fs.StoreGen, [numPebbleCounters]int64{
+	return fs, c.pebble.fold(fs.StoreGen, [numPebbleCounters]int64{
 		pebbleBlockHits: fs.BlockCacheHits, pebbleBlockMisses: fs.BlockCacheMisses,
 		pebbleFileHits: fs.FileCacheHits, pebbleFileMisses: fs.FileCacheMisses,
 	})
-	for i := range out {
-		out[i] = float64(c.pebble.base[i] + c.pebble.last[i])
-	}
-	return fs, out
 }
 
 func (c *nodeCollector) collectMemcache(m *mcserver.Stats, ch chan<- prometheus.Metric, gauge, counter func(*prometheus.Desc, float64, ...string)) {
@@ -303,28 +293,36 @@ const (
 // of no store (generation 0). Increments between the last scrape and the
 // reopen are lost; the series never goes down.
 type monotonic struct {
-	// mu is held from reading the raw counters to folding them in: see
-	// nodeCollector.storeStats.
 	mu         sync.Mutex
 	gen        uint64
 	last, base [numPebbleCounters]int64
 }
 
-// foldLocked takes in raw, read under m.mu from store generation gen.
-func (m *monotonic) foldLocked(gen uint64, raw [numPebbleCounters]int64) {
-	if gen == 0 {
-		return
-	}
-	if gen != m.gen {
+// fold takes in raw, read from store generation gen, and returns the
+// monotonic counters.
+func (m *monotonic) fold(gen uint64, raw [numPebbleCounters]int64) (out [numPebbleCounters]float64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case gen == 0 || gen < m.gen:
+		// No store read, or a figure of a store since replaced read late.
+	case gen != m.gen:
 		if m.gen != 0 {
 			for i := range m.base {
 				m.base[i] += m.last[i]
-				m.last[i] = 0
 			}
 		}
 		m.gen = gen
+		for i, v := range raw {
+			m.last[i] = max(v, 0)
+		}
+	default:
+		for i, v := range raw {
+			m.last[i] = max(m.last[i], v)
+		}
 	}
-	for i, v := range raw {
-		m.last[i] = max(m.last[i], v)
+	for i := range out {
+		out[i] = float64(m.base[i] + m.last[i])
 	}
+	return out
 }
