@@ -1,42 +1,21 @@
-// Package mcproto is kvd's codec for the memcached text protocol: a bounded
-// parser of requests (Reader) and encoders of replies (the Append helpers and
-// the Reply constants).
+// Package mcproto is the protocol-neutral vocabulary of kvd's memcache
+// front end: the Request every codec decodes into, the Op it names, the
+// outcomes and error kinds a reply carries, and the Codec interface a
+// protocol implements. Sniff picks a connection's protocol from its first
+// byte, as memcached does.
 //
-// It is pure: no network, no storage, no imports from the rest of kvd. The
-// memcache listener (internal/mcserver) owns one Reader per connection and
-// calls it from that connection's goroutine only; a Reader is not safe for
-// concurrent use.
+// The codecs live below it, one package per wire format:
 //
-// # What "exactly memcached" means here
+//   - mcproto/ascii: the text protocol and its meta commands, which share
+//     one line reader because a client may mix them on one connection;
+//   - mcproto/binary: memcached's binary protocol.
 //
-// The parser reproduces memcached 1.6's text protocol as the server behaves,
-// not only as doc/protocol.txt describes it. The reference is memcached
-// 1.6.18 (proto_text.c, util.c) and every reply string below was checked
-// against the real binary:
+// A new protocol's codec goes in a package of its own beside them, turns
+// bytes into Requests and Echo+outcome into bytes, and imports only this
+// package. What a request means (which kv call it makes, which stats it
+// counts) lives once above the codecs, in internal/memcache; the
+// connection loop that drives a codec is internal/mcserver.
 //
-//   - Tokens are split on the space character only; a NUL byte ends the line;
-//     one trailing '\r' before '\n' is dropped, and a bare "\n" ends a line too.
-//   - Numbers follow C strtoul/strtol as memcached's safe_strto* helpers use
-//     them: leading whitespace and a sign are accepted, the number may be
-//     followed by a whitespace byte and anything after it, and 32-bit fields
-//     (flags, exptime, the byte count, verbosity, flush_all's delay) are
-//     truncated to 32 bits the way memcached truncates them.
-//   - Keys are any bytes other than space, NUL and a line break, up to 250
-//     bytes. memcached does not reject control characters in text-protocol
-//     keys, so neither does this parser.
-//   - Wrong token counts answer ERROR; bad numbers and over-long keys answer
-//     the CLIENT_ERROR line memcached uses for that command; noreply
-//     suppresses those CLIENT_ERROR lines too, exactly where memcached does.
-//   - A storage command whose line is rejected does not swallow its data
-//     block: the block is then read as a command line (usually ERROR), as in
-//     memcached. A value over Limits.MaxItemSize is swallowed (bytes+2,
-//     streamed, never buffered) and answered SERVER_ERROR object too large
-//     for cache. A block whose last two bytes are not "\r\n" is answered
-//     CLIENT_ERROR bad data chunk, and parsing resumes right after it.
-//   - A line over Limits.MaxLine (2048) closes the connection without a reply
-//     unless it is a get/gets/gat/gats line, which may reach
-//     Limits.MaxMultigetLine. An unknown command whose last token starts with
-//     "HTTP/" closes the connection without a reply.
-//
-// Deliberate differences from memcached are listed on Reader.
+// Like its codecs, mcproto is pure: no network, no storage, no imports
+// from the rest of kvd.
 package mcproto

@@ -63,7 +63,7 @@ func scanC(tok []byte) (mag uint64, neg bool, end int, ok bool) {
 // parseUint64 is memcached's safe_strtoull. Its check for a minus sign,
 // made only when the value is 2^63 or more, is strchr(str, '-'): it looks
 // at the whole token, past what strtoull read.
-func parseUint64(tok []byte) (uint64, bool) {
+func ParseUint64(tok []byte) (uint64, bool) {
 	mag, neg, _, ok := scanC(tok)
 	if !ok {
 		return 0, false
@@ -80,7 +80,7 @@ func parseUint64(tok []byte) (uint64, bool) {
 
 // ParseUint32 is memcached's safe_strtoul stored into a 32-bit variable.
 func ParseUint32(tok []byte) (uint32, bool) {
-	v, ok := parseUint64(tok) // unsigned long is 64-bit: same checks
+	v, ok := ParseUint64(tok) // unsigned long is 64-bit: same checks
 	return uint32(v), ok
 }
 
@@ -98,11 +98,11 @@ func ParseCounter(v []byte) (uint64, bool) {
 	if i := bytes.IndexByte(v, 0); i >= 0 {
 		v = v[:i]
 	}
-	return parseUint64(v)
+	return ParseUint64(v)
 }
 
 // parseInt32 is memcached's safe_strtol stored into an int32_t.
-func parseInt32(tok []byte) (int32, bool) {
+func ParseInt32(tok []byte) (int32, bool) {
 	mag, neg, _, ok := scanC(tok)
 	if !ok {
 		return 0, false

@@ -2,88 +2,107 @@ package mcproto
 
 import "strconv"
 
-// Command is a memcached text-protocol command. The zero value is not a
-// command.
-type Command uint8
+// Op is a memcache operation, whichever protocol asked for it. The zero
+// value is not an operation; where a count is kept per Op, index 0 stands
+// for a request no codec could read (memcached's "unknown command").
+type Op uint8
 
-// The commands the parser recognises. String gives the protocol word.
+// The operations. String gives the text protocol's word for each, which is
+// also the name kvd's metrics use.
 const (
-	CmdGet Command = iota + 1
-	CmdGets
-	CmdGat
-	CmdGats
-	CmdSet
-	CmdAdd
-	CmdReplace
-	CmdAppend
-	CmdPrepend
-	CmdCas
-	CmdIncr
-	CmdDecr
-	CmdTouch
-	CmdDelete
-	CmdFlushAll
-	CmdVersion
-	CmdVerbosity
-	CmdStats
-	CmdQuit
+	OpGet Op = iota + 1
+	OpGets
+	OpGat
+	OpGats
+	OpSet
+	OpAdd
+	OpReplace
+	OpAppend
+	OpPrepend
+	OpCas
+	OpIncr
+	OpDecr
+	OpTouch
+	OpDelete
+	OpFlushAll
+	OpVersion
+	OpVerbosity
+	OpStats
+	OpQuit
+	// NumOps sizes arrays indexed by Op.
+	NumOps
 )
 
-var commandWords = [...]string{
-	CmdGet:       "get",
-	CmdGets:      "gets",
-	CmdGat:       "gat",
-	CmdGats:      "gats",
-	CmdSet:       "set",
-	CmdAdd:       "add",
-	CmdReplace:   "replace",
-	CmdAppend:    "append",
-	CmdPrepend:   "prepend",
-	CmdCas:       "cas",
-	CmdIncr:      "incr",
-	CmdDecr:      "decr",
-	CmdTouch:     "touch",
-	CmdDelete:    "delete",
-	CmdFlushAll:  "flush_all",
-	CmdVersion:   "version",
-	CmdVerbosity: "verbosity",
-	CmdStats:     "stats",
-	CmdQuit:      "quit",
+var opWords = [...]string{
+	OpGet:       "get",
+	OpGets:      "gets",
+	OpGat:       "gat",
+	OpGats:      "gats",
+	OpSet:       "set",
+	OpAdd:       "add",
+	OpReplace:   "replace",
+	OpAppend:    "append",
+	OpPrepend:   "prepend",
+	OpCas:       "cas",
+	OpIncr:      "incr",
+	OpDecr:      "decr",
+	OpTouch:     "touch",
+	OpDelete:    "delete",
+	OpFlushAll:  "flush_all",
+	OpVersion:   "version",
+	OpVerbosity: "verbosity",
+	OpStats:     "stats",
+	OpQuit:      "quit",
 }
 
-// String returns the protocol word of c ("get", "flush_all", …).
-func (c Command) String() string {
-	if c > 0 && int(c) < len(commandWords) {
-		return commandWords[c]
+// String returns the text protocol's word for o ("get", "flush_all", …).
+func (o Op) String() string {
+	if o > 0 && int(o) < len(opWords) {
+		return opWords[o]
 	}
-	return "Command(" + strconv.Itoa(int(c)) + ")"
+	return "Op(" + strconv.Itoa(int(o)) + ")"
 }
 
-// IsStorage reports whether c carries a data block: set, add, replace,
-// append, prepend and cas.
-func (c Command) IsStorage() bool {
-	return c >= CmdSet && c <= CmdCas
+// IsStorage reports whether o carries a value: set, add, replace, append,
+// prepend and cas.
+func (o Op) IsStorage() bool {
+	return o >= OpSet && o <= OpCas
 }
 
-// IsRetrieval reports whether c is get, gets, gat or gats, the commands whose
-// reply is a list of VALUE blocks ended by END.
-func (c Command) IsRetrieval() bool {
-	return c >= CmdGet && c <= CmdGats
+// IsRetrieval reports whether o is get, gets, gat or gats, the operations
+// that answer a list of hits.
+func (o Op) IsRetrieval() bool {
+	return o >= OpGet && o <= OpGats
 }
 
-// Request is one parsed request. Next overwrites every field; the byte slices
-// alias the Reader's buffers and stay valid only until the next call to Next.
+// Proto names the protocol a request came in. Text and meta share a
+// connection (and a codec); binary has connections of its own.
+type Proto uint8
+
+const (
+	// Text is memcached's classic text protocol ("get", "set", …).
+	Text Proto = iota
+	// Meta is the text protocol's meta commands ("mg", "ms", …).
+	Meta
+	// Binary is memcached's binary protocol.
+	Binary
+)
+
+// Request is one decoded request. A codec's Next overwrites every field;
+// the byte slices alias the codec's buffers and stay valid only until the
+// next call to Next.
 type Request struct {
-	Command Command
+	Op Op
 	// Keys: get and gets carry one or more keys; gat and gats zero or more
-	// (memcached answers "gat 10" with a bare END); storage commands, cas,
-	// incr, decr, touch and delete exactly one. Every key is 1..250 bytes.
+	// (memcached answers "gat 10" with a bare END); storage operations,
+	// cas, incr, decr, touch and delete exactly one. Every key is 1..250
+	// bytes.
 	Keys [][]byte
-	// Flags of a storage command, kept verbatim (32-bit).
+	// Flags of a storage operation, kept verbatim (32-bit).
 	Flags uint32
-	// Exptime of a storage command, touch, gat or gats, as memcached reads it
-	// (a 32-bit signed value: 0, relative seconds, absolute Unix time or
-	// negative). Not interpreted here.
+	// Exptime of a storage operation, touch, gat or gats, as memcached
+	// reads it (a 32-bit signed value: 0, relative seconds, absolute Unix
+	// time or negative). Not interpreted here.
 	Exptime int64
 	// CAS is the compare-and-swap token of cas.
 	CAS uint64
@@ -97,9 +116,21 @@ type Request struct {
 	Verbosity int
 	// Args are the words after "stats", copied: they stay valid.
 	Args []string
-	// Noreply is set when the request ended in "noreply": the server must
-	// execute it and send nothing back.
-	Noreply bool
-	// Data is a storage command's value without its trailing "\r\n".
+	// Data is a storage operation's value (without the text protocol's
+	// trailing "\r\n").
 	Data []byte
+	// Echo is what the reply needs from the request.
+	Echo Echo
+}
+
+// Echo is the part of a request its reply is rendered from: the protocol,
+// the operation and whether the client asked for silence. It is a small
+// value, copied into the reply when the request is handled, because a reply
+// is rendered after the codec has moved on to later requests.
+type Echo struct {
+	Proto Proto
+	Op    Op
+	// Noreply: the client asked for no reply (the text protocol's
+	// "noreply"). What that suppresses is the codec's to decide.
+	Noreply bool
 }

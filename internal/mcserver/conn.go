@@ -6,48 +6,51 @@ import (
 	"errors"
 	"io"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/kvd-project/kvd/internal/command"
-	"github.com/kvd-project/kvd/internal/kv"
 	"github.com/kvd-project/kvd/internal/mcproto"
 )
 
-// reply is one request's answer, in request order. Either buf is final, or
-// calls must be waited for and render turns their results into bytes.
-type reply struct {
-	buf    []byte
-	calls  []*kv.Call
-	render func(dst []byte, res []kv.Result, err error) []byte
-	close  bool
-	// cmd and start feed the per-command latency histogram once the reply
-	// is final; cmd 0 is not observed.
-	cmd   mcproto.Command
-	start time.Duration // since Stats.Started: smaller than a time.Time
-	// done is closed once the calls are waited for (the reader's read barrier
-	// for this connection's own writes).
+// Reply is one request's answer, in request order. Either buf is final, or
+// wait blocks until the writes it depends on are applied and renders them
+// (on the connection's writer goroutine).
+type Reply struct {
+	buf   []byte
+	wait  func() []byte
+	close bool
+	// op and start feed the per-operation latency histogram once the reply
+	// is final; op 0 is not observed.
+	op    mcproto.Op
+	start time.Duration // since Counters.Started: smaller than a time.Time
+	// done is closed once wait has returned (the reader's read barrier for
+	// this connection's own writes).
 	done chan struct{}
 	// budgeted is how much of the connection's reply budget buf holds,
 	// given back once it is written (or dropped).
 	budgeted int
-	// gatKeys is how many keys of a gat this reply touches (see gat),
-	// counted out of conn.gatKeys once it is written (or dropped).
-	gatKeys int
+	// written, when set, is called once the reply is written or dropped.
+	written func()
 }
 
-// Get replies are streamed: the reader hands the writer a chunk of about
-// getChunk bytes at a time, and at most replyBudget bytes of them wait
-// ahead of the socket per connection (a single larger value passes alone).
-// A multi-get far larger than memory is then answered at the client's pace,
-// and a client that asks for one and reads nothing costs the server this
-// budget plus the socket buffers, not the reply.
+// Final is a reply whose bytes are known now.
+func Final(buf []byte) *Reply { return &Reply{buf: buf} }
+
+// AfterWrite has f called on the writer goroutine once rp is written or
+// dropped: what rp's bytes held in memory is then free.
+func (rp *Reply) AfterWrite(f func()) { rp.written = f }
+
+// Retrieval replies are streamed: the reader hands the writer a chunk of
+// about GetChunk bytes at a time, and at most ReplyBudget bytes of them
+// wait ahead of the socket per connection (a single larger value passes
+// alone). A multi-get far larger than memory is then answered at the
+// client's pace, and a client that asks for one and reads nothing costs the
+// server this budget plus the socket buffers, not the reply.
 const (
-	getChunk    = 64 << 10
-	replyBudget = 1 << 20
+	GetChunk    = 64 << 10
+	ReplyBudget = 1 << 20
 )
 
 // budget counts reply bytes queued but not yet written; the reader waits in
@@ -60,7 +63,7 @@ type budget struct {
 
 func (b *budget) acquire(n int) {
 	b.mu.Lock()
-	for b.used > 0 && b.used+n > replyBudget {
+	for b.used > 0 && b.used+n > ReplyBudget {
 		b.cond.Wait()
 	}
 	b.used += n
@@ -74,20 +77,26 @@ func (b *budget) release(n int) {
 	b.cond.Broadcast()
 }
 
-type conn struct {
-	s  *Server
-	nc net.Conn
-	r  *mcproto.Reader
+// Conn is one client connection: a reader goroutine that decodes requests
+// and hands them to the connection's Session, and a writer goroutine that
+// writes their replies in request order.
+type Conn struct {
+	s   *Server
+	nc  net.Conn
+	dec mcproto.Decoder // nil until the first byte picked the protocol
+	enc mcproto.Encoder
+	ss  Session
 	// w is shared by the writer goroutine and the reader's direct path
 	// (writeNow); wmu serialises them. queued counts replies handed to the
 	// writer and not yet written: the reader may write itself only when it
 	// is 0, so replies still leave in request order.
 	wmu    sync.Mutex
 	w      *bufio.Writer
-	queue  chan *reply
+	queue  chan *Reply
 	queued atomic.Int32
-	// budget bounds get reply bytes in the queue; broken is set once the
-	// writer can no longer write, so that a get stops reading items.
+	// budget bounds retrieval reply bytes in the queue; broken is set once
+	// the writer can no longer write, so that a retrieval stops reading
+	// items.
 	budget budget
 	broken atomic.Bool
 
@@ -99,26 +108,14 @@ type conn struct {
 	// draining is set when a graceful shutdown stopped the reader: the
 	// connection then closes with lingerClose.
 	draining atomic.Bool
-	// lastWrite is the done channel of the newest reply with calls; reads
-	// wait for it. Only the channel is kept: the reply holds its rendered
-	// bytes, which an idle connection must not keep alive.
+	// lastWrite is the done channel of the newest reply that waits on
+	// writes; reads wait for it. Only the channel is kept: the reply holds
+	// its rendered bytes, which an idle connection must not keep alive.
 	lastWrite chan struct{}
-	// gatDone are the done channels of the last two gat chunks proposed on
-	// this connection, older first (see gat).
-	gatDone [2]chan struct{}
-	// gatKeys counts the keys of gat chunks proposed on this connection
-	// and not yet written: what holds their values in memory.
-	gatKeys atomic.Int64
-	// gatKeyBytes is the reply bytes per key of the newest gat chunk the
-	// writer rendered, or before any the item size limit (the most a key
-	// can hold): how gat sizes its next chunk. An estimate, not a bound:
-	// a gat whose values grow from small to large midway has chunks of
-	// gatChunk keys of them in flight until one of them is rendered.
-	gatKeyBytes atomic.Int64
 
 	// For `stats conns`: the socket's file descriptor (as memcached shows
 	// it) or a sequence number, the reader's state, and the second (since
-	// Stats.Started) of the last command.
+	// Counters.Started) of the last request.
 	id      uint64
 	addr    string
 	state   atomic.Uint32
@@ -165,35 +162,29 @@ func (s *Server) connID(nc net.Conn) uint64 {
 	return 1<<32 + s.connSeq.Add(1)
 }
 
-func (s *Server) newConn(nc net.Conn) *conn {
-	cc := countingConn{Conn: nc, s: s.stats}
-	c := &conn{
+func (s *Server) newConn(nc net.Conn) *Conn {
+	cc := countingConn{Conn: nc, s: s.counters}
+	c := &Conn{
 		s:  s,
 		nc: nc,
 		w:  bufio.NewWriterSize(cc, 16<<10),
 	}
-	c.r = mcproto.NewReader(flushBeforeRead{c: c, r: cc}, mcproto.Limits{
-		MaxItemSize:     s.cfg.MaxItemSize,
-		MaxLine:         2048,
-		MaxMultigetLine: 1 << 20,
-	})
-	c.queue = make(chan *reply, s.cfg.PipelineDepth)
+	c.queue = make(chan *Reply, s.cfg.PipelineDepth)
 	c.id = s.connID(nc)
 	c.addr = nc.RemoteAddr().String()
 	c.budget.cond.L = &c.budget.mu
-	c.gatKeyBytes.Store(int64(s.cfg.MaxItemSize))
 	return c
 }
 
 // stopReading makes the reader's blocked Read return so the connection can
 // drain and close (graceful shutdown).
-func (c *conn) stopReading() {
+func (c *Conn) stopReading() {
 	c.stopOnce.Do(func() { _ = c.nc.SetReadDeadline(time.Now()) })
 }
 
 // shutdown stops the reader for a graceful shutdown: the requests it has
 // read are answered, then the connection closes (lingerClose).
-func (c *conn) shutdown() {
+func (c *Conn) shutdown() {
 	c.draining.Store(true)
 	c.stopReading()
 }
@@ -209,7 +200,7 @@ const lingerTime = 500 * time.Millisecond
 // the last reply and discards what comes until the client closes its side
 // or lingerTime passes; the caller then closes. A forced shutdown closes
 // the socket, which ends the wait at once.
-func (c *conn) lingerClose() {
+func (c *Conn) lingerClose() {
 	cw, ok := c.nc.(interface{ CloseWrite() error })
 	if !ok || cw.CloseWrite() != nil {
 		return
@@ -220,7 +211,7 @@ func (c *conn) lingerClose() {
 	_, _ = io.Copy(io.Discard, c.nc)
 }
 
-func (c *conn) serve() {
+func (c *Conn) serve() {
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
@@ -236,10 +227,31 @@ func (c *conn) serve() {
 	_ = c.nc.Close()
 }
 
-func (c *conn) readLoop() {
+// pick reads the connection's first bytes and builds the codec of the
+// protocol they open, as memcached picks one per connection.
+func (c *Conn) pick() error {
+	src := flushBeforeRead{c: c, r: countingConn{Conn: c.nc, s: c.s.counters}}
+	bin, rest, err := mcproto.Sniff(src)
+	if err != nil {
+		return err
+	}
+	lim := mcproto.Limits{MaxItemSize: c.s.cfg.MaxItemSize, MaxLine: 2048, MaxMultigetLine: 1 << 20}
+	codec := c.s.codecs.Text
+	if bin {
+		codec = c.s.codecs.Binary
+	}
+	c.dec, c.enc = codec(rest, lim)
+	c.ss = c.s.h.NewSession(c)
+	return nil
+}
+
+func (c *Conn) readLoop() {
 	var req mcproto.Request
 	defer c.state.Store(stateClosing)
-	st := c.s.stats
+	started := c.s.counters.Started
+	if err := c.pick(); err != nil {
+		return // closed before a byte: nothing to answer
+	}
 	for {
 		// Once a reply could not be written nobody reads the rest: the
 		// requests still buffered are dropped, as memcached drops them
@@ -249,10 +261,10 @@ func (c *conn) readLoop() {
 		if c.broken.Load() {
 			return
 		}
-		// The state stays conn_parse_cmd while Next parses what is
+		// The state stays conn_parse_cmd while Next decodes what is
 		// buffered; flushBeforeRead marks the wait for more bytes.
-		err := c.r.Next(&req)
-		start := time.Since(st.Started)
+		err := c.dec.Next(&req)
+		start := time.Since(started)
 		c.state.Store(stateParseCmd)
 		if sec := int64(start / time.Second); sec != c.lastCmd.Load() {
 			c.lastCmd.Store(sec) // at most once a second: loads are cheaper than stores
@@ -262,48 +274,35 @@ func (c *conn) readLoop() {
 			if !errors.As(err, &perr) {
 				return // EOF, reset, deadline: nothing to answer
 			}
-			if perr.TooLarge {
-				st.count(req.Command, ResultServerError, 1)
-				c.tooLarge(&req, perr)
-				continue
-			}
-			// The parser rejected the line, so which command it meant is
-			// not reliable: such requests count as "unknown", except in the
-			// general stats where memcached counts them anyway.
-			st.count(0, replyResult(perr.Line()), 1)
-			st.countRejected(perr.Counted)
-			var buf []byte
-			switch {
-			case perr.Raw != nil:
-				buf = perr.Raw
-			case perr.Reply != "":
-				buf = mcproto.AppendLine(nil, perr.Reply)
-			}
-			c.send(&reply{buf: buf, close: perr.Close})
+			rp := c.ss.Rejected(&req, perr)
+			rp.close = perr.Close
+			c.Send(rp)
 			if perr.Close {
 				return
 			}
 			continue
 		}
-		if req.Command == mcproto.CmdQuit {
+		if req.Op == mcproto.OpQuit {
 			return
 		}
-		rp := c.handle(&req)
-		rp.cmd, rp.start = req.Command, start
-		c.send(rp)
+		rp := c.ss.Handle(&req)
+		rp.op, rp.start = req.Op, start
+		c.Send(rp)
 	}
 }
 
-// send hands rp to the writer, or writes it at once when it is final and
+// Send hands rp to the writer, or writes it at once when it is final and
 // nothing is queued ahead of it. The direct path is the common one (a get,
 // or any request on an idle connection): it saves waking a second goroutine
-// for every reply, which on a busy server costs as much as the lookup.
-func (c *conn) send(rp *reply) {
-	if rp.calls != nil || c.queued.Load() > 0 {
+// for every reply, which on a busy server costs as much as the lookup. A
+// session calls it for the parts of a streamed reply; the reader calls it
+// for what Handle returns. Reader goroutine only.
+func (c *Conn) Send(rp *Reply) {
+	if rp.wait != nil || c.queued.Load() > 0 {
 		// A final reply waiting in the queue counts against the reply
 		// budget as get's do: the queue bounds replies, not their bytes,
 		// and a `stats conns` grows with the connections.
-		if rp.calls == nil && rp.budgeted == 0 && len(rp.buf) > 0 {
+		if rp.wait == nil && rp.budgeted == 0 && len(rp.buf) > 0 {
 			c.budget.acquire(len(rp.buf))
 			rp.budgeted = len(rp.buf)
 		}
@@ -314,7 +313,7 @@ func (c *conn) send(rp *reply) {
 }
 
 // enqueue hands rp to the writer goroutine.
-func (c *conn) enqueue(rp *reply) {
+func (c *Conn) enqueue(rp *Reply) {
 	c.queued.Add(1)
 	c.queue <- rp
 }
@@ -322,12 +321,12 @@ func (c *conn) enqueue(rp *reply) {
 // writeNow writes a final reply on the reader's goroutine. It flushes
 // unless more pipelined requests are already buffered: their replies follow
 // (directly or through the writer, whose flush then covers these bytes).
-func (c *conn) writeNow(rp *reply) {
-	if rp.cmd != 0 {
-		c.s.stats.observe(rp.cmd, time.Since(c.s.stats.Started)-rp.start)
+func (c *Conn) writeNow(rp *Reply) {
+	if rp.op != 0 {
+		c.s.h.Observe(rp.op, time.Since(c.s.counters.Started)-rp.start)
 	}
 	c.wmu.Lock()
-	if !c.broken.Load() && c.writeReply(rp, c.r.Buffered() == 0) {
+	if !c.broken.Load() && c.writeReply(rp, c.dec.Buffered() == 0) {
 		c.broken.Store(true)
 	}
 	if c.w.Buffered() > 0 {
@@ -336,6 +335,9 @@ func (c *conn) writeNow(rp *reply) {
 	c.wmu.Unlock()
 	if rp.budgeted > 0 {
 		c.budget.release(rp.budgeted)
+	}
+	if rp.written != nil {
+		rp.written()
 	}
 }
 
@@ -346,7 +348,7 @@ func (c *conn) writeNow(rp *reply) {
 // replies go out now, as memcached sends them, rather than after the rest
 // of the request arrives (which a client waiting for them never sends).
 type flushBeforeRead struct {
-	c *conn
+	c *Conn
 	r countingConn
 }
 
@@ -354,8 +356,10 @@ func (f flushBeforeRead) Read(p []byte) (int, error) {
 	// The reader is about to wait for bytes (Read is called on the
 	// reader's goroutine, inside Next, so Phase is safe to call). Until
 	// the client has sent anything it stays conn_new_cmd.
-	if ph := f.c.r.Phase(); f.c.gotInput && int(ph) < len(waitStates) {
-		f.c.state.Store(waitStates[ph])
+	if f.c.gotInput {
+		if ph := f.c.dec.Phase(); int(ph) < len(waitStates) {
+			f.c.state.Store(waitStates[ph])
+		}
 	}
 	// With replies queued the writer holds the lock, maybe for long
 	// (a client slow to read), and its flush covers these bytes.
@@ -371,7 +375,7 @@ func (f flushBeforeRead) Read(p []byte) (int, error) {
 
 // flushHeld flushes what writeNow left in the buffer. With replies queued,
 // the writer flushes once it has written them, and these bytes with them.
-func (c *conn) flushHeld() {
+func (c *Conn) flushHeld() {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.broken.Load() || c.queued.Load() > 0 {
@@ -384,29 +388,19 @@ func (c *conn) flushHeld() {
 	}
 }
 
-// replyResult classifies a parser's error reply.
-func replyResult(line string) Result {
-	switch {
-	case strings.HasPrefix(line, "CLIENT_ERROR"):
-		return ResultClientError
-	case strings.HasPrefix(line, "SERVER_ERROR"):
-		return ResultServerError
-	}
-	return ResultError
-}
-
 // writeLoop writes queued replies in order, waiting for each one's writes,
 // and flushes when no more replies are queued (once per pipelined batch).
-func (c *conn) writeLoop() {
+func (c *Conn) writeLoop() {
 	for rp := range c.queue {
-		if rp.calls != nil {
-			rp.buf = c.await(rp)
+		if rp.wait != nil {
+			rp.buf = rp.wait()
+			close(rp.done)
 			// The results are rendered: a gat's hold their values, which
 			// must not stay in memory twice while the reply is written.
-			rp.calls = nil
+			rp.wait = nil
 		}
-		if rp.cmd != 0 {
-			c.s.stats.observe(rp.cmd, time.Since(c.s.stats.Started)-rp.start)
+		if rp.op != 0 {
+			c.s.h.Observe(rp.op, time.Since(c.s.counters.Started)-rp.start)
 		}
 		c.wmu.Lock()
 		if !c.broken.Load() && c.writeReply(rp, len(c.queue) == 0) {
@@ -418,8 +412,8 @@ func (c *conn) writeLoop() {
 		if rp.budgeted > 0 {
 			c.budget.release(rp.budgeted)
 		}
-		if rp.gatKeys > 0 {
-			c.gatKeys.Add(-int64(rp.gatKeys))
+		if rp.written != nil {
+			rp.written()
 		}
 		c.queued.Add(-1)
 	}
@@ -432,7 +426,7 @@ func (c *conn) writeLoop() {
 
 // writeReply writes one reply, and flushes when flush says the batch ends,
 // and reports whether the connection is done for writing. c.wmu held.
-func (c *conn) writeReply(rp *reply, flush bool) (broken bool) {
+func (c *Conn) writeReply(rp *Reply, flush bool) (broken bool) {
 	if len(rp.buf) > 0 {
 		if _, err := c.w.Write(rp.buf); err != nil {
 			c.stopReading()
@@ -454,83 +448,47 @@ func (c *conn) writeReply(rp *reply, flush bool) (broken bool) {
 	return false
 }
 
-// budgeted wraps part of a get reply, waiting until the connection's reply
-// budget has room for it.
-func (c *conn) budgeted(buf []byte) *reply {
+// Budgeted wraps part of a streamed reply, waiting until the connection's
+// reply budget has room for it. Reader goroutine only.
+func (c *Conn) Budgeted(buf []byte) *Reply {
 	c.budget.acquire(len(buf))
-	return &reply{buf: buf, budgeted: len(buf)}
+	return &Reply{buf: buf, budgeted: len(buf)}
 }
 
-func (c *conn) await(rp *reply) []byte {
-	defer close(rp.done)
-	res := make([]kv.Result, len(rp.calls))
-	var firstErr error
-	for i, call := range rp.calls {
-		if call == nil {
-			continue
-		}
-		r, err := call.Wait(c.s.baseCtx)
-		if err != nil && firstErr == nil {
-			firstErr = err
-		}
-		res[i] = r
-	}
-	return rp.render(nil, res, firstErr)
+// Pending is a reply that waits for writes: wait blocks until they are
+// applied and renders their results. It runs on the writer goroutine, in
+// reply order; until it has returned, the connection's reads wait
+// (WaitOwnWrites). Reader goroutine only.
+func (c *Conn) Pending(wait func() []byte) *Reply {
+	rp := &Reply{wait: wait, done: make(chan struct{})}
+	c.lastWrite = rp.done
+	return rp
 }
 
-// waitOwnWrites is the read barrier for this connection's earlier writes.
-func (c *conn) waitOwnWrites() {
+// WaitOwnWrites is the read barrier for this connection's earlier writes:
+// it returns once every reply built by Pending so far has been rendered.
+// Reader goroutine only.
+func (c *Conn) WaitOwnWrites() {
 	if c.lastWrite != nil {
 		<-c.lastWrite
 		c.lastWrite = nil
 	}
 }
 
-// submit proposes one command for rp, keeping connection order.
-func (c *conn) submit(cmd *command.Command) (*kv.Call, error) {
-	return c.s.kv.Submit(c.s.baseCtx, cmd)
-}
+// Broken reports whether the connection can no longer write: nobody will
+// read the rest of a reply.
+func (c *Conn) Broken() bool { return c.broken.Load() }
 
-// pending builds a reply waiting on calls.
-func (c *conn) pending(calls []*kv.Call, render func([]byte, []kv.Result, error) []byte) *reply {
-	rp := &reply{calls: calls, render: render, done: make(chan struct{})}
-	c.lastWrite = rp.done
-	return rp
-}
+// Encoder renders replies in the connection's protocol.
+func (c *Conn) Encoder() mcproto.Encoder { return c.enc }
 
-func (c *conn) tooLarge(req *mcproto.Request, perr *mcproto.Error) {
-	// memcached drops the old item when a set is refused as too large, so a
-	// client never reads a stale value it believes it replaced.
-	if req.Command == mcproto.CmdSet && len(req.Keys) == 1 {
-		if call, err := c.submit(&command.Command{Op: command.OpDelete, Key: req.Keys[0]}); err == nil {
-			c.enqueue(c.pending([]*kv.Call{call}, func(dst []byte, _ []kv.Result, _ error) []byte {
-				return dst
-			}))
-		}
-	}
-	var buf []byte
-	if perr.Reply != "" {
-		buf = mcproto.AppendLine(nil, perr.Reply)
-	}
-	c.send(&reply{buf: buf, close: perr.Close})
-}
+// Context ends when the server shuts down for good: waits on writes give
+// up then.
+func (c *Conn) Context() context.Context { return c.s.baseCtx }
 
-func errorReply(dst []byte, err error) []byte {
-	switch {
-	case errors.Is(err, kv.ErrNoLeader), errors.Is(err, kv.ErrNotReady):
-		return mcproto.AppendServerError(dst, "unavailable: no quorum or leader")
-	case errors.Is(err, kv.ErrBusy):
-		return mcproto.AppendServerError(dst, "busy: too many requests in flight")
-	case errors.Is(err, kv.ErrNoSpace):
-		// What memcached -M answers when it is full and may not evict.
-		return mcproto.AppendLine(dst, mcproto.MsgOutOfMemoryStore)
-	case errors.Is(err, kv.ErrUnknownOutcome):
-		return mcproto.AppendServerError(dst, "timeout: outcome unknown, the write may have been applied")
-	case errors.Is(err, kv.ErrTimeout):
-		return mcproto.AppendServerError(dst, "timeout")
-	case errors.Is(err, kv.ErrStopped), errors.Is(err, context.Canceled):
-		return mcproto.AppendServerError(dst, "shutting down")
-	default:
-		return mcproto.AppendServerError(dst, err.Error())
-	}
-}
+// Server is the listener the connection belongs to.
+func (c *Conn) Server() *Server { return c.s }
+
+// Done is closed once a Pending reply's wait has returned; nil for a final
+// reply.
+func (rp *Reply) Done() <-chan struct{} { return rp.done }

@@ -1,20 +1,19 @@
-// Package mcserver owns the memcache TCP listener and the per-connection loop.
+// Package mcserver owns the memcache TCP listener and the per-connection
+// loop, over any protocol: it knows no reply strings and no semantics.
 //
-// Each connection has two goroutines. The reader parses requests (mcproto)
-// and submits writes to the kv service in arrival order, so pipelined writes
-// on one connection enter the log in order and share group commits; the
-// writer waits for each reply in order and flushes once per pipelined batch.
-// A read waits until the connection's earlier writes are applied, so a client
-// always reads its own writes. The bounded queue between the two is the
-// backpressure: a client that never reads stops being read from.
+// A connection's first byte picks its codec (mcproto.Sniff; Codecs says
+// which package serves each protocol). Each connection has two goroutines.
+// The reader decodes requests and hands each to the connection's Session
+// (the memcache semantics, internal/memcache), which submits writes in
+// arrival order, so pipelined writes on one connection enter the log in
+// order and share group commits; the writer waits for each reply in order
+// and flushes once per pipelined batch. A read waits until the connection's
+// earlier writes are applied (WaitOwnWrites), so a client always reads its
+// own writes. The bounded queue between the two, and the reply budget of
+// streamed replies, are the backpressure: a client that never reads stops
+// being read from.
 //
-// Errors the protocol answers (ERROR, CLIENT_ERROR, SERVER_ERROR) keep the
-// connection; framing errors the parser marks Close end it.
-//
-// Stats holds memcached's `stats` counters plus per-command reply counters and
-// latency histograms (metrics.go), all atomics at fixed addresses so that the
-// per-request cost is a few uncontended adds; internal/metrics reads them at
-// scrape time. `stats conns` and kvd's own `stats raft` are in stats.go.
+// Errors a codec answers keep the connection; errors it marks Close end it.
 package mcserver
 
 import (
@@ -28,7 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kvd-project/kvd/internal/kv"
+	"github.com/kvd-project/kvd/internal/mcproto"
 )
 
 // Config of the listener.
@@ -37,61 +36,60 @@ type Config struct {
 	MaxConnections int
 	// PipelineDepth bounds replies queued per connection (default 256).
 	PipelineDepth int
-	// Name is this member's name, shown by `stats raft`; empty: not shown.
-	Name string
-	// MemberName names a raft member by ID for `stats raft` (the node's
-	// cluster directory); nil or "": the member is shown by ID only.
-	MemberName func(id kv.NodeID) string
 }
 
-// Server serves the memcached text protocol over a kv service.
+// Codecs builds each protocol's codec over a connection's bytes.
+type Codecs struct {
+	// Text serves connections whose first byte is not 0x80: the text
+	// protocol and its meta commands.
+	Text func(r io.Reader, lim mcproto.Limits) (mcproto.Decoder, mcproto.Encoder)
+	// Binary serves connections whose first byte is 0x80.
+	Binary func(r io.Reader, lim mcproto.Limits) (mcproto.Decoder, mcproto.Encoder)
+}
+
+// Server serves memcache connections, handing their requests to a Handler.
 type Server struct {
-	cfg    Config
-	kv     *kv.Service
-	logger *slog.Logger
-	stats  *Stats
+	cfg      Config
+	codecs   Codecs
+	h        Handler
+	counters *Counters
+	logger   *slog.Logger
 	// connSeq numbers connections that have no file descriptor.
 	connSeq atomic.Uint64
-	// gatProbe, when set (by tests), is called as every gat chunk is
-	// proposed, with its keys and the keys of its connection's gat chunks
-	// proposed and not yet written, its own included.
-	gatProbe atomic.Pointer[func(keys, held int)]
-	// lastAccept is the second (since Stats.Started) of the last accepted
-	// connection: the listener's secs_since_last_cmd in `stats conns`.
+	// lastAccept is the second (since Counters.Started) of the last
+	// accepted connection: the listener's secs_since_last_cmd in `stats
+	// conns`.
 	lastAccept atomic.Int64
-	// statsBase holds the running totals as of the last `stats reset`,
-	// by stat name, which `stats` subtracts: the counters themselves keep
-	// counting, because the Prometheus metrics read them too.
-	statsBase atomic.Pointer[map[string]uint64]
 
 	mu       sync.Mutex
 	ln       net.Listener
-	conns    map[*conn]struct{}
+	conns    map[*Conn]struct{}
 	closing  bool
 	wg       sync.WaitGroup
 	baseCtx  context.Context
 	cancelFn context.CancelFunc
 }
 
-// New builds a server; Serve starts it.
-func New(cfg Config, svc *kv.Service, logger *slog.Logger) *Server {
+// New builds a server that counts its connections in counters; Serve starts
+// it.
+func New(cfg Config, codecs Codecs, h Handler, counters *Counters, logger *slog.Logger) *Server {
 	if cfg.PipelineDepth <= 0 {
 		cfg.PipelineDepth = 256
 	}
+	if counters.Started.IsZero() {
+		counters.Started = time.Now()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, kv: svc, logger: logger, stats: newStats(),
-		conns: make(map[*conn]struct{}), baseCtx: ctx, cancelFn: cancel}
+	return &Server{cfg: cfg, codecs: codecs, h: h, counters: counters, logger: logger,
+		conns: make(map[*Conn]struct{}), baseCtx: ctx, cancelFn: cancel}
 }
-
-// Stats returns the server's counters.
-func (s *Server) Stats() *Stats { return s.stats }
 
 // Serve accepts connections on ln until Shutdown. It returns nil after
 // Shutdown and the accept error otherwise.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	s.ln = ln
-	s.lastAccept.Store(s.stats.sinceStart())
+	s.lastAccept.Store(s.counters.SinceStart())
 	closing := s.closing
 	s.mu.Unlock()
 	if closing {
@@ -121,20 +119,20 @@ func (s *Server) Serve(ln net.Listener) error {
 			return err
 		}
 		backoff = 0
-		s.lastAccept.Store(s.stats.sinceStart())
-		if int(s.stats.CurrConnections.Load()) >= s.cfg.MaxConnections {
+		s.lastAccept.Store(s.counters.SinceStart())
+		if int(s.counters.CurrConnections.Load()) >= s.cfg.MaxConnections {
 			// Counted as rejected only: memcached's total_connections
 			// counts the connections it serves.
-			s.stats.RejectedConnections.Add(1)
+			s.counters.RejectedConnections.Add(1)
 			// memcached's own words for this, then close.
 			_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
 			_, _ = io.WriteString(nc, "ERROR Too many open connections\r\n")
 			_ = nc.Close()
 			continue
 		}
-		s.stats.TotalConnections.Add(1)
+		s.counters.TotalConnections.Add(1)
 		c := s.newConn(nc)
-		c.lastCmd.Store(s.stats.sinceStart())
+		c.lastCmd.Store(s.counters.SinceStart())
 		s.mu.Lock()
 		if s.closing {
 			s.mu.Unlock()
@@ -144,7 +142,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
-		s.stats.CurrConnections.Add(1)
+		s.counters.CurrConnections.Add(1)
 		go func() {
 			defer s.wg.Done()
 			c.serve()
@@ -164,8 +162,8 @@ func (s *Server) Serve(ln net.Listener) error {
 // EOF and reconnects at once, at --max-connections, must find its slot free,
 // and the descriptor, which `stats conns` shows as the ID, must not be
 // reused by a new connection while c is still listed under it.
-func (s *Server) forget(c *conn) {
-	s.stats.CurrConnections.Add(-1)
+func (s *Server) forget(c *Conn) {
+	s.counters.CurrConnections.Add(-1)
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
@@ -202,46 +200,25 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-// Stats are the per-node counters the memcache `stats` command reports.
-type Stats struct {
+// Counters are the listener's own counters, which memcached's `stats`
+// reports beside the command counters: connections and bytes.
+type Counters struct {
+	// Started is when the server started counting (uptime).
 	Started             time.Time
 	CurrConnections     atomic.Int64
 	TotalConnections    atomic.Uint64
 	RejectedConnections atomic.Uint64
-	CmdGet              atomic.Uint64
-	CmdSet              atomic.Uint64
-	CmdTouch            atomic.Uint64
-	CmdFlush            atomic.Uint64
-	GetHits             atomic.Uint64
-	GetMisses           atomic.Uint64
-	DeleteHits          atomic.Uint64
-	DeleteMisses        atomic.Uint64
-	IncrHits            atomic.Uint64
-	IncrMisses          atomic.Uint64
-	DecrHits            atomic.Uint64
-	DecrMisses          atomic.Uint64
-	CasHits             atomic.Uint64
-	CasMisses           atomic.Uint64
-	CasBadval           atomic.Uint64
-	TouchHits           atomic.Uint64
-	TouchMisses         atomic.Uint64
-	TotalItems          atomic.Uint64
 	BytesRead           atomic.Uint64
 	BytesWritten        atomic.Uint64
-	ServerErrors        atomic.Uint64
-
-	cmds commandStats
 }
 
-func newStats() *Stats { return &Stats{Started: time.Now()} }
-
-// sinceStart is the monotonic second since Started.
-func (s *Stats) sinceStart() int64 { return int64(time.Since(s.Started) / time.Second) }
+// SinceStart is the monotonic second since Started.
+func (c *Counters) SinceStart() int64 { return int64(time.Since(c.Started) / time.Second) }
 
 // countingConn counts bytes for the bytes_read/bytes_written stats.
 type countingConn struct {
 	net.Conn
-	s *Stats
+	s *Counters
 }
 
 func (c countingConn) Read(p []byte) (int, error) {

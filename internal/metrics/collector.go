@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvd-project/kvd/internal/fsm"
-	"github.com/kvd-project/kvd/internal/mcserver"
+	"github.com/kvd-project/kvd/internal/memcache"
 )
 
 // Roles a member's raft state can take, as replica.Status names them.
@@ -233,7 +233,7 @@ func (c *nodeCollector) storeStats() (fsm.Stats, [numPebbleCounters]float64) {
 	})
 }
 
-func (c *nodeCollector) collectMemcache(m *mcserver.Stats, ch chan<- prometheus.Metric, gauge, counter func(*prometheus.Desc, float64, ...string)) {
+func (c *nodeCollector) collectMemcache(m *memcache.Stats, ch chan<- prometheus.Metric, gauge, counter func(*prometheus.Desc, float64, ...string)) {
 	gauge(c.conns, float64(max(m.CurrConnections.Load(), 0)))
 	counter(c.connsTotal, float64(m.TotalConnections.Load()))
 	counter(c.connsRejected, float64(m.RejectedConnections.Load()))
@@ -242,11 +242,11 @@ func (c *nodeCollector) collectMemcache(m *mcserver.Stats, ch chan<- prometheus.
 			// Results a command can give are exposed from the start, so that
 			// rate() sees their first increment; others only if they occur.
 			if cs.Possible[r] || v > 0 {
-				counter(c.commands, float64(v), cs.Command, mcserver.ResultName(r))
+				counter(c.commands, float64(v), cs.Command, memcache.ResultName(r))
 			}
 		}
 		buckets := make(map[float64]uint64, len(cs.Buckets))
-		for i, b := range mcserver.LatencyBounds {
+		for i, b := range memcache.LatencyBounds {
 			buckets[b.Seconds()] = cs.Buckets[i]
 		}
 		ch <- prometheus.MustNewConstHistogram(c.commandDuration, cs.Count, cs.Sum.Seconds(), buckets, cs.Command)

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvd-project/kvd/internal/fsm"
-	"github.com/kvd-project/kvd/internal/mcserver"
+	"github.com/kvd-project/kvd/internal/memcache"
 	"github.com/kvd-project/kvd/internal/metrics"
 	"github.com/kvd-project/kvd/internal/raftlog"
 	"github.com/kvd-project/kvd/internal/replica"
@@ -28,7 +28,7 @@ type fakeLog struct{ st raftlog.Stats }
 func (f fakeLog) Stats() raftlog.Stats { return f.st }
 
 func newTestRegistry() *metrics.Registry {
-	mc := &mcserver.Stats{}
+	mc := &memcache.Stats{}
 	mc.CmdGet.Add(3)
 	mc.GetHits.Add(2)
 	mc.GetMisses.Add(1)

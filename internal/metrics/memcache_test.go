@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvd-project/kvd/internal/fsm"
-	"github.com/kvd-project/kvd/internal/mcserver"
+	"github.com/kvd-project/kvd/internal/memcache"
 	"github.com/kvd-project/kvd/internal/metrics"
 	"github.com/kvd-project/kvd/internal/raftlog"
 	"github.com/kvd-project/kvd/internal/replica"
@@ -45,7 +45,7 @@ func TestMemcacheCommandMetrics(t *testing.T) {
 		{"stats nope\r\n", "ERROR"},
 		{"version\r\n", "VERSION"},
 	} {
-		memcache(t, rw, x.req, x.last)
+		mcDo(t, rw, x.req, x.last)
 	}
 
 	after := scrape(t, n)
@@ -90,12 +90,12 @@ func TestMemcacheCommandMetrics(t *testing.T) {
 		require.Equal(t, want, h1.GetSampleCount()-h0.GetSampleCount(), cmd)
 		require.Greater(t, h1.GetSampleSum(), h0.GetSampleSum(), cmd)
 		b := h1.GetBucket()
-		require.Len(t, b, len(mcserver.LatencyBounds)+1, "the buckets and +Inf")
+		require.Len(t, b, len(memcache.LatencyBounds)+1, "the buckets and +Inf")
 		require.Equal(t, h1.GetSampleCount(), b[len(b)-1].GetCumulativeCount())
 	}
 	// A write waits for its fsync; its mean latency is above the bucket floor.
 	h := hist(after, "set")
-	require.Greater(t, h.GetSampleSum()/float64(h.GetSampleCount()), mcserver.LatencyBounds[0].Seconds()/10)
+	require.Greater(t, h.GetSampleSum()/float64(h.GetSampleCount()), memcache.LatencyBounds[0].Seconds()/10)
 }
 
 func seriesLabels(f *dto.MetricFamily) []string {
@@ -123,7 +123,7 @@ func TestFsyncHistogram(t *testing.T) {
 		Raft:     fakeRaft{replica.Status{ID: 1, Leader: 1, Role: "leader", Voters: []replica.NodeID{1}, Ready: true}},
 		Store:    fakeStore{fsm.Stats{}},
 		Log:      fakeLog{raftlog.Stats{SyncCount: 3, SyncDuration: time.Second}},
-		Memcache: &mcserver.Stats{},
+		Memcache: &memcache.Stats{},
 		LogSync:  obs,
 	})
 	obs.Observe(200 * time.Microsecond)

@@ -7,7 +7,7 @@
 // replica's Status, the state machine's and the raft log's Stats, the memcache
 // listener's Stats); a collector reads them at scrape time, so the hot paths
 // pay nothing for metrics. The memcache listener's per-command counters and
-// latency histograms are fixed arrays of atomics in mcserver.Stats, read the
+// latency histograms are fixed arrays of atomics in memcache.Stats, read the
 // same way. Only the HTTP listener (ObserveHTTP, CountRequest, from its
 // handler goroutines) and the raft log's fsync hook (SyncObserver, from the
 // Ready loop) record into the registry directly.
@@ -28,7 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kvd-project/kvd/internal/fsm"
-	"github.com/kvd-project/kvd/internal/mcserver"
+	"github.com/kvd-project/kvd/internal/memcache"
 	"github.com/kvd-project/kvd/internal/raftlog"
 	"github.com/kvd-project/kvd/internal/replica"
 	"github.com/kvd-project/kvd/internal/version"
@@ -53,7 +53,7 @@ type Sources struct {
 	Raft     RaftSource
 	Store    StoreSource
 	Log      LogSource
-	Memcache *mcserver.Stats
+	Memcache *memcache.Stats
 	// LogSync, when set, is the histogram the raft log reports each fsync
 	// to (raftlog.Options.ObserveSync); it then backs
 	// kvd_raft_log_fsync_duration_seconds. Without it that metric is a
@@ -93,7 +93,7 @@ type Registry struct {
 	httpDuration *prometheus.HistogramVec
 	httpInFlight prometheus.Gauge
 	requests     *requestCounts
-	memcache     *mcserver.Stats
+	memcache     *memcache.Stats
 
 	// key-value route latency, for Totals
 	kvCount atomic.Uint64
@@ -201,7 +201,7 @@ func (r *Registry) Totals() Totals {
 func (r *Registry) InFlightHTTP(delta int) { r.httpInFlight.Add(float64(delta)) }
 
 // CountRequest counts one key-value request of protocol (only "http" is
-// recorded this way; memcache counts come from mcserver.Stats) by command
+// recorded this way; memcache counts come from memcache.Stats) by command
 // and result, into kvd_requests_total. Values must come from fixed sets.
 func (r *Registry) CountRequest(protocol, command, result string) {
 	r.requests.add(requestKey{protocol, command, result})

@@ -125,8 +125,8 @@ func hasLabels(m *dto.Metric, labels ...string) bool {
 	return true
 }
 
-// memcache sends one request and reads the reply up to its final line.
-func memcache(t *testing.T, rw *bufio.ReadWriter, req, last string) string {
+// mcDo sends one request and reads the reply up to its final line.
+func mcDo(t *testing.T, rw *bufio.ReadWriter, req, last string) string {
 	t.Helper()
 	_, err := rw.WriteString(req)
 	require.NoError(t, err)
@@ -171,11 +171,11 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	require.NoError(t, err)
 	defer nc.Close()
 	rw := bufio.NewReadWriter(bufio.NewReader(nc), bufio.NewWriter(nc))
-	require.Equal(t, "STORED\r\n", memcache(t, rw, "set m1 0 0 3\r\nabc\r\n", "STORED"))
-	require.Contains(t, memcache(t, rw, "get m1\r\n", "END"), "abc")
-	memcache(t, rw, "get missing\r\n", "END")
-	require.Equal(t, "DELETED\r\n", memcache(t, rw, "delete m1\r\n", "DELETED"))
-	require.Equal(t, "NOT_FOUND\r\n", memcache(t, rw, "incr m1 1\r\n", "NOT_FOUND"))
+	require.Equal(t, "STORED\r\n", mcDo(t, rw, "set m1 0 0 3\r\nabc\r\n", "STORED"))
+	require.Contains(t, mcDo(t, rw, "get m1\r\n", "END"), "abc")
+	mcDo(t, rw, "get missing\r\n", "END")
+	require.Equal(t, "DELETED\r\n", mcDo(t, rw, "delete m1\r\n", "DELETED"))
+	require.Equal(t, "NOT_FOUND\r\n", mcDo(t, rw, "incr m1 1\r\n", "NOT_FOUND"))
 
 	after := scrape(t, n)
 	moved := func(name string, by float64, labels ...string) {

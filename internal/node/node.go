@@ -25,7 +25,10 @@ import (
 	"github.com/kvd-project/kvd/internal/fsm"
 	"github.com/kvd-project/kvd/internal/httpapi"
 	"github.com/kvd-project/kvd/internal/kv"
+	"github.com/kvd-project/kvd/internal/mcproto/ascii"
+	"github.com/kvd-project/kvd/internal/mcproto/binary"
 	"github.com/kvd-project/kvd/internal/mcserver"
+	"github.com/kvd-project/kvd/internal/memcache"
 	"github.com/kvd-project/kvd/internal/metrics"
 	"github.com/kvd-project/kvd/internal/raftlog"
 	"github.com/kvd-project/kvd/internal/replica"
@@ -42,8 +45,10 @@ type Node struct {
 	rep   *replica.Replica
 	peers *transport.TCP // nil for a group of one
 	kv    *kv.Service
-	mc    *mcserver.Server
-	http  *http.Server
+	// memcache gives requests their meaning; mc is its listener.
+	memcache *memcache.Service
+	mc       *mcserver.Server
+	http     *http.Server
 
 	mcLn, httpLn net.Listener
 	stopSweep    context.CancelFunc
@@ -228,12 +233,17 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	var watchCtx context.Context
 	watchCtx, n.stopWatch = context.WithCancel(context.Background())
 
-	n.mc = mcserver.New(mcserver.Config{
+	n.memcache = memcache.New(memcache.Config{
 		Name:           cfg.Name,
 		MemberName:     func(id kv.NodeID) string { m, _ := n.Member(id); return m.Name },
 		MaxItemSize:    int(cfg.MaxItemSize),
 		MaxConnections: cfg.MaxConnections,
 	}, n.kv, logger.With("component", "memcache"))
+	n.mc = mcserver.New(mcserver.Config{
+		MaxItemSize:    int(cfg.MaxItemSize),
+		MaxConnections: cfg.MaxConnections,
+	}, mcserver.Codecs{Text: ascii.Open, Binary: binary.Open},
+		n.memcache, &n.memcache.Stats().Counters, logger.With("component", "memcache"))
 	if n.mcLn, err = net.Listen("tcp", cfg.MemcacheAddr); err != nil {
 		return nil, fmt.Errorf("listen memcache on %s: %w", cfg.MemcacheAddr, err)
 	}
@@ -267,7 +277,7 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		}
 	}
 	// One metrics registry per node; its collectors read these counters at scrape time.
-	reg := metrics.New(metrics.Sources{Raft: n.rep, Store: n.state, Log: n.log, Memcache: n.mc.Stats(), LogSync: logSync,
+	reg := metrics.New(metrics.Sources{Raft: n.rep, Store: n.state, Log: n.log, Memcache: n.memcache.Stats(), LogSync: logSync,
 		Cluster: &metrics.ClusterSource{
 			Snapshots: n.rep.SnapshotStats,
 			Peers:     n.peerStats,

@@ -1,10 +1,11 @@
-package mcserver
+package memcache
 
 import (
 	"sync/atomic"
 	"time"
 
 	"github.com/kvd-project/kvd/internal/mcproto"
+	"github.com/kvd-project/kvd/internal/mcserver"
 )
 
 // Result classifies a memcache reply for the per-command counters.
@@ -41,9 +42,9 @@ func (r Result) String() string {
 	return "invalid"
 }
 
-// numCommands sizes the per-command arrays, indexed by mcproto.Command; index
+// numCommands sizes the per-command arrays, indexed by mcproto.Op; index
 // 0 holds requests whose command is unknown.
-const numCommands = int(mcproto.CmdQuit) + 1
+const numCommands = int(mcproto.NumOps)
 
 // LatencyBounds are the upper bounds of the per-command latency buckets:
 // 25µs (a cached local read) to 5s (the default request timeout); the last
@@ -81,23 +82,23 @@ type commandStats struct {
 
 // countRejected counts a request the parser rejected in the general stats
 // where memcached does (mcproto.Error.Counted).
-func (s *Stats) countRejected(cmd mcproto.Command) {
+func (s *Stats) countRejected(cmd mcproto.Op) {
 	switch cmd {
-	case mcproto.CmdSet, mcproto.CmdAdd, mcproto.CmdReplace, mcproto.CmdAppend, mcproto.CmdPrepend, mcproto.CmdCas:
+	case mcproto.OpSet, mcproto.OpAdd, mcproto.OpReplace, mcproto.OpAppend, mcproto.OpPrepend, mcproto.OpCas:
 		s.CmdSet.Add(1)
-	case mcproto.CmdFlushAll:
+	case mcproto.OpFlushAll:
 		s.CmdFlush.Add(1)
 	}
 }
 
-func (s *Stats) count(cmd mcproto.Command, r Result, n uint64) {
+func (s *Stats) count(cmd mcproto.Op, r Result, n uint64) {
 	if int(cmd) >= numCommands {
 		cmd = 0
 	}
 	s.cmds.counts[cmd][r].Add(n)
 }
 
-func (s *Stats) observe(cmd mcproto.Command, d time.Duration) {
+func (s *Stats) observe(cmd mcproto.Op, d time.Duration) {
 	if int(cmd) >= numCommands {
 		cmd = 0
 	}
@@ -122,26 +123,26 @@ type CommandStats struct {
 
 // possibleResults lists what each command can answer; commands missing here
 // (quit) are never counted.
-var possibleResults = map[mcproto.Command][]Result{
-	0:                    {ResultError, ResultClientError},
-	mcproto.CmdGet:       {ResultHit, ResultMiss, ResultClientError, ResultServerError},
-	mcproto.CmdGets:      {ResultHit, ResultMiss, ResultClientError, ResultServerError},
-	mcproto.CmdGat:       {ResultHit, ResultMiss, ResultClientError, ResultServerError},
-	mcproto.CmdGats:      {ResultHit, ResultMiss, ResultClientError, ResultServerError},
-	mcproto.CmdSet:       {ResultStored, ResultClientError, ResultServerError},
-	mcproto.CmdAdd:       {ResultStored, ResultNotStored, ResultClientError, ResultServerError},
-	mcproto.CmdReplace:   {ResultStored, ResultNotStored, ResultClientError, ResultServerError},
-	mcproto.CmdAppend:    {ResultStored, ResultNotStored, ResultClientError, ResultServerError},
-	mcproto.CmdPrepend:   {ResultStored, ResultNotStored, ResultClientError, ResultServerError},
-	mcproto.CmdCas:       {ResultStored, ResultExists, ResultNotFound, ResultClientError, ResultServerError},
-	mcproto.CmdIncr:      {ResultHit, ResultNotFound, ResultClientError, ResultServerError},
-	mcproto.CmdDecr:      {ResultHit, ResultNotFound, ResultClientError, ResultServerError},
-	mcproto.CmdTouch:     {ResultTouched, ResultNotFound, ResultClientError, ResultServerError},
-	mcproto.CmdDelete:    {ResultDeleted, ResultNotFound, ResultClientError, ResultServerError},
-	mcproto.CmdFlushAll:  {ResultOK, ResultClientError, ResultServerError},
-	mcproto.CmdVersion:   {ResultOK},
-	mcproto.CmdVerbosity: {ResultOK, ResultClientError},
-	mcproto.CmdStats:     {ResultOK, ResultError},
+var possibleResults = map[mcproto.Op][]Result{
+	0:                   {ResultError, ResultClientError},
+	mcproto.OpGet:       {ResultHit, ResultMiss, ResultClientError, ResultServerError},
+	mcproto.OpGets:      {ResultHit, ResultMiss, ResultClientError, ResultServerError},
+	mcproto.OpGat:       {ResultHit, ResultMiss, ResultClientError, ResultServerError},
+	mcproto.OpGats:      {ResultHit, ResultMiss, ResultClientError, ResultServerError},
+	mcproto.OpSet:       {ResultStored, ResultClientError, ResultServerError},
+	mcproto.OpAdd:       {ResultStored, ResultNotStored, ResultClientError, ResultServerError},
+	mcproto.OpReplace:   {ResultStored, ResultNotStored, ResultClientError, ResultServerError},
+	mcproto.OpAppend:    {ResultStored, ResultNotStored, ResultClientError, ResultServerError},
+	mcproto.OpPrepend:   {ResultStored, ResultNotStored, ResultClientError, ResultServerError},
+	mcproto.OpCas:       {ResultStored, ResultExists, ResultNotFound, ResultClientError, ResultServerError},
+	mcproto.OpIncr:      {ResultHit, ResultNotFound, ResultClientError, ResultServerError},
+	mcproto.OpDecr:      {ResultHit, ResultNotFound, ResultClientError, ResultServerError},
+	mcproto.OpTouch:     {ResultTouched, ResultNotFound, ResultClientError, ResultServerError},
+	mcproto.OpDelete:    {ResultDeleted, ResultNotFound, ResultClientError, ResultServerError},
+	mcproto.OpFlushAll:  {ResultOK, ResultClientError, ResultServerError},
+	mcproto.OpVersion:   {ResultOK},
+	mcproto.OpVerbosity: {ResultOK, ResultClientError},
+	mcproto.OpStats:     {ResultOK, ResultError},
 }
 
 // Commands returns the counters of every command kvd answers (in command
@@ -150,7 +151,7 @@ var possibleResults = map[mcproto.Command][]Result{
 func (s *Stats) Commands() []CommandStats {
 	out := make([]CommandStats, 0, numCommands)
 	for i := range numCommands {
-		cmd := mcproto.Command(i)
+		cmd := mcproto.Op(i)
 		possible, ok := possibleResults[cmd]
 		if !ok {
 			continue
@@ -182,3 +183,44 @@ func (s *Stats) Commands() []CommandStats {
 
 // ResultName names result r (index into CommandStats.Results).
 func ResultName(r int) string { return Result(r).String() }
+
+// Stats are the per-node counters the memcache `stats` command reports and
+// the metrics collector reads: the listener's Counters (connections,
+// bytes), memcached's command counters, and per-operation counters and
+// latency histograms.
+type Stats struct {
+	mcserver.Counters
+	CmdGet       atomic.Uint64
+	CmdSet       atomic.Uint64
+	CmdTouch     atomic.Uint64
+	CmdFlush     atomic.Uint64
+	GetHits      atomic.Uint64
+	GetMisses    atomic.Uint64
+	DeleteHits   atomic.Uint64
+	DeleteMisses atomic.Uint64
+	IncrHits     atomic.Uint64
+	IncrMisses   atomic.Uint64
+	DecrHits     atomic.Uint64
+	DecrMisses   atomic.Uint64
+	CasHits      atomic.Uint64
+	CasMisses    atomic.Uint64
+	CasBadval    atomic.Uint64
+	TouchHits    atomic.Uint64
+	TouchMisses  atomic.Uint64
+	// CmdMeta counts meta commands (memcached's cmd_meta).
+	CmdMeta atomic.Uint64
+	// StoreTooLarge counts stores refused for a value over the item size
+	// limit; StoreNoMemory, stores refused for want of disk space.
+	StoreTooLarge atomic.Uint64
+	StoreNoMemory atomic.Uint64
+	TotalItems    atomic.Uint64
+	ServerErrors  atomic.Uint64
+
+	cmds commandStats
+}
+
+func newStats() *Stats {
+	s := &Stats{}
+	s.Started = time.Now()
+	return s
+}

@@ -1,4 +1,4 @@
-package mcproto_test
+package ascii_test
 
 import (
 	"bufio"
@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/kvd-project/kvd/internal/mcproto"
+	"github.com/kvd-project/kvd/internal/mcproto/ascii"
 )
 
 // A connection loop in miniature: parse, answer, write protocol errors as
@@ -22,7 +23,7 @@ func Example() {
 	}
 
 	store := map[string][]byte{}
-	r := mcproto.NewReader(in, mcproto.Limits{})
+	r := ascii.NewReader(in, mcproto.Limits{})
 	var req mcproto.Request
 	var out []byte
 	for {
@@ -30,8 +31,8 @@ func Example() {
 		var perr *mcproto.Error
 		switch {
 		case errors.As(err, &perr):
-			if perr.Reply != "" {
-				out = mcproto.AppendLine(out, perr.Reply)
+			if perr.Reply != nil {
+				out = append(out, perr.Reply...)
 			}
 			if perr.Close {
 				return
@@ -41,23 +42,23 @@ func Example() {
 		case err != nil:
 			fmt.Fprintln(w, "read error:", err)
 			return
-		case req.Command == mcproto.CmdQuit:
+		case req.Op == mcproto.OpQuit:
 			flush(out)
 			return
-		case req.Command == mcproto.CmdSet:
+		case req.Op == mcproto.OpSet:
 			store[string(req.Keys[0])] = append([]byte(nil), req.Data...) // Data is only valid until Next
-			if !req.Noreply {
-				out = append(out, mcproto.ReplyStored...)
+			if !req.Echo.Noreply {
+				out = append(out, ascii.ReplyStored...)
 			}
-		case req.Command == mcproto.CmdGet:
+		case req.Op == mcproto.OpGet:
 			for _, k := range req.Keys {
 				if v, ok := store[string(k)]; ok {
-					out = mcproto.AppendValue(out, k, 0, v, 0, false)
+					out = ascii.AppendValue(out, k, 0, v, 0, false)
 				}
 			}
-			out = mcproto.AppendEnd(out)
+			out = ascii.AppendEnd(out)
 		default:
-			out = append(out, mcproto.ReplyError...)
+			out = append(out, ascii.ReplyError...)
 		}
 		if r.Buffered() == 0 {
 			flush(out)

@@ -1,65 +1,13 @@
-package mcproto
+package ascii
 
 import (
 	"bytes"
 	"errors"
+	"github.com/kvd-project/kvd/internal/mcproto"
 	"io"
 	"strconv"
 	"unsafe"
 )
-
-// MaxKeyLen is the longest key memcached accepts, in bytes.
-const MaxKeyLen = 250
-
-// Defaults applied by NewReader to Limits fields left at zero.
-const (
-	DefaultMaxItemSize     = 1 << 20 // memcached's -I default
-	DefaultMaxLine         = 2048    // memcached's bound on a line without '\n'
-	DefaultMaxMultigetLine = 1 << 20
-)
-
-// Limits bounds what a Reader accepts and therefore the memory it holds. A
-// zero field takes its default.
-type Limits struct {
-	// MaxItemSize is the largest value, in bytes, a storage command may
-	// carry. A larger one is swallowed without being buffered and answered
-	// SERVER_ERROR object too large for cache. Default 1 MiB.
-	MaxItemSize int
-	// MaxLine is the longest request line, in bytes before the '\n', other
-	// than get/gets/gat/gats lines. A longer line closes the connection
-	// without a reply, as in memcached. Default 2048.
-	MaxLine int
-	// MaxMultigetLine is the longest get/gets/gat/gats line. A longer one
-	// closes the connection without a reply. Default 1 MiB; never less than
-	// MaxLine.
-	MaxMultigetLine int
-}
-
-// DefaultLimits returns the limits NewReader uses for zero fields.
-func DefaultLimits() Limits {
-	return Limits{
-		MaxItemSize:     DefaultMaxItemSize,
-		MaxLine:         DefaultMaxLine,
-		MaxMultigetLine: DefaultMaxMultigetLine,
-	}
-}
-
-func (l Limits) withDefaults() Limits {
-	d := DefaultLimits()
-	if l.MaxItemSize <= 0 {
-		l.MaxItemSize = d.MaxItemSize
-	}
-	if l.MaxLine <= 0 {
-		l.MaxLine = d.MaxLine
-	}
-	if l.MaxMultigetLine <= 0 {
-		l.MaxMultigetLine = d.MaxMultigetLine
-	}
-	if l.MaxMultigetLine < l.MaxLine {
-		l.MaxMultigetLine = l.MaxLine
-	}
-	return l
-}
 
 const (
 	// initialBufSize is the read buffer of a fresh Reader, memcached's own
@@ -94,39 +42,30 @@ const (
 //   - gat/gats lines get the multiget bound like get/gets (memcached grants
 //     it to get/gets only), and multiget lines are bounded by
 //     MaxMultigetLine (memcached's are unbounded).
-//   - A request in the binary protocol (a connection whose first byte is
-//     0x80) is answered with that protocol's "not supported" response and
-//     the connection closes;
-//     memcached started without the binary protocol (-B ascii) reads it as
-//     the start of a text line and waits for the line's end.
 //   - All keys of a multiget are checked before any is looked up; memcached
 //     looks up (and for gat, touches) the keys before an over-long one, then
 //     discards those results and answers the same CLIENT_ERROR.
 type Reader struct {
 	rd  io.Reader
-	lim Limits
+	lim mcproto.Limits
 
 	buf      []byte // buf[pos:end] is read but not yet parsed
 	pos, end int
 	skip     int64 // bytes of a rejected value still to discard
 	err      error // sticky read error, returned once buffered bytes run out
 	closed   error // sticky closing protocol error
-	// text is set once a line has been read: from then on the connection
-	// speaks the text protocol, and a line starting with 0x80 is text.
-	text bool
-
 	// inValue is set while readBlock waits for a data block (Phase).
 	inValue bool
 
-	words [][]byte        // tokens of the current line, alias buf
-	key   [MaxKeyLen]byte // the key of a storage command, copied out of buf
-	keys  [][]byte        // Request.Keys for storage commands
-	data  []byte          // a value too big for buf
+	words [][]byte                // tokens of the current line, alias buf
+	key   [mcproto.MaxKeyLen]byte // the key of a storage command, copied out of buf
+	keys  [][]byte                // Request.Keys for storage commands
+	data  []byte                  // a value too big for buf
 }
 
 // NewReader returns a Reader that parses requests from r within lim.
-func NewReader(r io.Reader, lim Limits) *Reader {
-	return &Reader{rd: r, lim: lim.withDefaults()}
+func NewReader(r io.Reader, lim mcproto.Limits) *Reader {
+	return &Reader{rd: r, lim: lim.WithDefaults()}
 }
 
 // Buffered reports how many bytes have been read from the underlying reader
@@ -142,31 +81,18 @@ func (r *Reader) Buffered() int {
 	return int(n)
 }
 
-// Phase is what a Reader is reading.
-type Phase uint8
-
-const (
-	// PhaseLine: a request line, or nothing yet.
-	PhaseLine Phase = iota
-	// PhaseValue: the data block of a storage command.
-	PhaseValue
-	// PhaseSwallow: the rest of a data block rejected as too large, which
-	// is discarded.
-	PhaseSwallow
-)
-
 // Phase reports what the Reader is in the middle of reading. A server calls
 // it from the underlying reader's Read, that is while Next waits for bytes,
 // to show the connection's state (memcached's conn_read, conn_nread and
 // conn_swallow in `stats conns`).
-func (r *Reader) Phase() Phase {
+func (r *Reader) Phase() mcproto.Phase {
 	switch {
 	case r.skip > 0:
-		return PhaseSwallow
+		return mcproto.PhaseSwallow
 	case r.inValue:
-		return PhaseValue
+		return mcproto.PhaseValue
 	}
-	return PhaseLine
+	return mcproto.PhaseLine
 }
 
 // Next parses the next request into req, overwriting all its fields. Keys
@@ -177,8 +103,8 @@ func (r *Reader) Phase() Phase {
 // as they are, after the requests already buffered. A protocol error comes
 // back as an *Error, which says what to answer and whether to close. After a
 // read error or a closing *Error, Next keeps returning that error.
-func (r *Reader) Next(req *Request) error {
-	*req = Request{}
+func (r *Reader) Next(req *mcproto.Request) error {
+	*req = mcproto.Request{}
 	if r.closed != nil {
 		return r.closed
 	}
@@ -192,7 +118,9 @@ func (r *Reader) Next(req *Request) error {
 	if err != nil {
 		return err
 	}
-	return r.parse(line, req)
+	err = r.parse(line, req)
+	req.Echo.Op = req.Op
+	return err
 }
 
 // release drops buffers grown past retainSize by an earlier request.
@@ -240,7 +168,7 @@ func (r *Reader) fill() error {
 			n := min(2*len(r.buf), r.maxBuf())
 			if n <= len(r.buf) {
 				// Unreachable: callers check the line bound first.
-				return errors.New("mcproto: read buffer full")
+				return errors.New("ascii: read buffer full")
 			}
 			b := make([]byte, n)
 			r.end = copy(b, r.buf[:r.end])
@@ -283,9 +211,6 @@ func (r *Reader) unexpected(err error) error {
 func (r *Reader) readLine() ([]byte, error) {
 	scanned := 0
 	for {
-		if !r.text && scanned == 0 && r.end > r.pos && r.buf[r.pos] == binaryRequestMagic {
-			return nil, r.binaryRequest()
-		}
 		if i := bytes.IndexByte(r.buf[r.pos+scanned:r.end], '\n'); i >= 0 {
 			n := scanned + i
 			line := r.buf[r.pos : r.pos+n]
@@ -295,7 +220,6 @@ func (r *Reader) readLine() ([]byte, error) {
 				}
 			}
 			r.pos += n + 1
-			r.text = true
 			return line, nil
 		}
 		scanned = r.end - r.pos
@@ -313,35 +237,13 @@ func (r *Reader) readLine() ([]byte, error) {
 	}
 }
 
-// binaryRequest refuses a request in memcached's binary protocol, which no
-// text command can be mistaken for (none starts with the byte 0x80). A
-// binary client sends a header with no line end in it and waits: read as a
-// text line, it would wait for an answer until its own timeout. It gets the
-// binary "not supported" response instead, and the connection closes,
-// because without parsing the header its body cannot be skipped.
-//
-// Only a connection's first byte is looked at, as memcached picks the
-// protocol of a connection once, from its first byte: a later line that
-// starts with 0x80 is a text line, answered ERROR.
-func (r *Reader) binaryRequest() error {
-	for r.end-r.pos < BinaryHeaderLen {
-		if err := r.fill(); err != nil {
-			r.closed = closeError("binary-protocol request cut short")
-			return r.closed
-		}
-	}
-	hdr := r.buf[r.pos : r.pos+BinaryHeaderLen]
-	r.closed = &Error{Raw: AppendBinaryNotSupported(nil, hdr), Close: true, reason: "binary-protocol request"}
-	return r.closed
-}
-
 // checkLong decides about a line (or its beginning b, when complete is
 // false) whose length is over MaxLine: get/gets/gat/gats lines may reach
 // MaxMultigetLine; any other line closes the connection silently, as in
 // memcached. When b is too short to tell, it waits for more bytes.
 func (r *Reader) checkLong(b []byte, length int, complete bool) error {
 	if length > r.lim.MaxMultigetLine {
-		r.closed = closeError("request line longer than " + strconv.Itoa(r.lim.MaxMultigetLine) + " bytes")
+		r.closed = mcproto.CloseError("request line longer than " + strconv.Itoa(r.lim.MaxMultigetLine) + " bytes")
 		return r.closed
 	}
 	switch multigetPrefix(b) {
@@ -352,7 +254,7 @@ func (r *Reader) checkLong(b []byte, length int, complete bool) error {
 			return nil
 		}
 	}
-	r.closed = closeError("request line longer than " + strconv.Itoa(r.lim.MaxLine) + " bytes")
+	r.closed = mcproto.CloseError("request line longer than " + strconv.Itoa(r.lim.MaxLine) + " bytes")
 	return r.closed
 }
 

@@ -1,10 +1,10 @@
-package mcproto
+package ascii
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/kvd-project/kvd/internal/mcproto"
 	"io"
 	"strconv"
 	"strings"
@@ -20,24 +20,24 @@ import (
 // tables below:
 //
 //	set k=a f=5 e=-1 d="xy" noreply     a request (zero fields omitted)
-//	ERR "CLIENT_ERROR bad data chunk"    an *Error answered, connection kept
-//	ERR ""                               an *Error suppressed by noreply
-//	CLOSE                                an *Error that closes silently
+//	ERR "CLIENT_ERROR bad data chunk"    an *mcproto.Error answered, connection kept
+//	ERR ""                               an *mcproto.Error suppressed by noreply
+//	CLOSE                                an *mcproto.Error that closes silently
 //	EOF / UNEXPECTED_EOF                 the stream ended
-func render(req *Request, err error) string {
+func render(req *mcproto.Request, err error) string {
 	if err != nil {
-		var pe *Error
+		var pe *mcproto.Error
 		switch {
 		case errors.As(err, &pe):
-			s := "ERR " + strconv.Quote(pe.Reply)
+			s := "ERR " + strconv.Quote(replyLine(pe))
 			if pe.Close {
 				s = "CLOSE"
-				if pe.Reply != "" {
-					s += " " + strconv.Quote(pe.Reply)
+				if replyLine(pe) != "" {
+					s += " " + strconv.Quote(replyLine(pe))
 				}
 			}
 			if pe.TooLarge {
-				s += fmt.Sprintf(" toolarge %s k=%s", req.Command, req.Keys[0])
+				s += fmt.Sprintf(" toolarge %s k=%s", req.Op, req.Keys[0])
 			}
 			return s
 		case err == io.EOF:
@@ -49,7 +49,7 @@ func render(req *Request, err error) string {
 		}
 	}
 	var b strings.Builder
-	b.WriteString(req.Command.String())
+	b.WriteString(req.Op.String())
 	for _, k := range req.Keys {
 		fmt.Fprintf(&b, " k=%s", k)
 	}
@@ -68,31 +68,31 @@ func render(req *Request, err error) string {
 	if req.HasDelay {
 		fmt.Fprintf(&b, " delay=%d", req.Delay)
 	}
-	if req.Command == CmdVerbosity {
+	if req.Op == mcproto.OpVerbosity {
 		fmt.Fprintf(&b, " level=%d", req.Verbosity)
 	}
 	for _, a := range req.Args {
 		fmt.Fprintf(&b, " arg=%s", a)
 	}
-	if req.Command.IsStorage() {
+	if req.Op.IsStorage() {
 		fmt.Fprintf(&b, " d=%q", req.Data)
 	}
-	if req.Noreply {
+	if req.Echo.Noreply {
 		b.WriteString(" noreply")
 	}
 	return b.String()
 }
 
 // parseAll runs Next until EOF, an I/O error or a closing error.
-func parseAll(t testing.TB, r io.Reader, lim Limits) []string {
+func parseAll(t testing.TB, r io.Reader, lim mcproto.Limits) []string {
 	t.Helper()
 	pr := NewReader(r, lim)
 	var out []string
-	var req Request
+	var req mcproto.Request
 	for range 10000 {
 		err := pr.Next(&req)
 		out = append(out, render(&req, err))
-		var pe *Error
+		var pe *mcproto.Error
 		if err != nil && (!errors.As(err, &pe) || pe.Close) {
 			return out
 		}
@@ -283,7 +283,7 @@ var parseTests = []struct {
 }
 
 func TestParse(t *testing.T) {
-	lim := Limits{MaxItemSize: 16}
+	lim := mcproto.Limits{MaxItemSize: 16}
 	for _, tt := range parseTests {
 		t.Run(tt.name, func(t *testing.T) {
 			for how, r := range readers(tt.in) {
@@ -294,7 +294,7 @@ func TestParse(t *testing.T) {
 }
 
 func TestLineLimits(t *testing.T) {
-	lim := Limits{MaxLine: 2048, MaxMultigetLine: 8192}
+	lim := mcproto.Limits{MaxLine: 2048, MaxMultigetLine: 8192}
 	long := func(prefix string, n int) string { // a line of exactly n bytes
 		return prefix + strings.Repeat("k", n-len(prefix))
 	}
@@ -331,22 +331,22 @@ func TestLineLimits(t *testing.T) {
 }
 
 func TestErrorIsSticky(t *testing.T) {
-	pr := NewReader(strings.NewReader("GET / HTTP/1.1\r\nget a\r\n"), Limits{})
-	var req Request
+	pr := NewReader(strings.NewReader("GET / HTTP/1.1\r\nget a\r\n"), mcproto.Limits{})
+	var req mcproto.Request
 	err1 := pr.Next(&req)
 	err2 := pr.Next(&req)
-	var pe *Error
+	var pe *mcproto.Error
 	require.ErrorAs(t, err1, &pe)
 	assert.True(t, pe.Close)
-	assert.Empty(t, pe.Reply)
+	assert.Empty(t, replyLine(pe))
 	assert.Same(t, err1, err2)
 }
 
 func TestReadErrorAfterData(t *testing.T) {
 	boom := errors.New("boom")
 	r := io.MultiReader(strings.NewReader("get a\r\nget b"), iotest.ErrReader(boom))
-	pr := NewReader(r, Limits{})
-	var req Request
+	pr := NewReader(r, mcproto.Limits{})
+	var req mcproto.Request
 	require.NoError(t, pr.Next(&req))
 	assert.Equal(t, "get k=a", render(&req, nil))
 	assert.ErrorIs(t, pr.Next(&req), boom)
@@ -359,15 +359,15 @@ type zeroReader struct{}
 func (zeroReader) Read([]byte) (int, error) { return 0, nil }
 
 func TestNoProgress(t *testing.T) {
-	pr := NewReader(zeroReader{}, Limits{})
-	var req Request
+	pr := NewReader(zeroReader{}, mcproto.Limits{})
+	var req mcproto.Request
 	assert.ErrorIs(t, pr.Next(&req), io.ErrNoProgress)
 }
 
 func TestBuffered(t *testing.T) {
 	in := "get a\r\nget b\r\n"
-	pr := NewReader(strings.NewReader(in), Limits{})
-	var req Request
+	pr := NewReader(strings.NewReader(in), mcproto.Limits{})
+	var req mcproto.Request
 	assert.Equal(t, 0, pr.Buffered())
 	require.NoError(t, pr.Next(&req))
 	assert.Equal(t, len("get b\r\n"), pr.Buffered())
@@ -380,26 +380,26 @@ func TestBuffered(t *testing.T) {
 // the rest of the value.
 func TestBufferedTooLarge(t *testing.T) {
 	in := "set a 0 0 100\r\n" + strings.Repeat("x", 50)
-	pr := NewReader(strings.NewReader(in), Limits{MaxItemSize: 10})
-	var req Request
+	pr := NewReader(strings.NewReader(in), mcproto.Limits{MaxItemSize: 10})
+	var req mcproto.Request
 	err := pr.Next(&req)
-	var pe *Error
+	var pe *mcproto.Error
 	require.ErrorAs(t, err, &pe)
 	assert.True(t, pe.TooLarge)
 	assert.Equal(t, 0, pr.Buffered())
 
 	in = "set a 0 0 4\r\n" + "xxxx\r\nget a\r\n"
-	pr = NewReader(strings.NewReader(in), Limits{MaxItemSize: 1})
+	pr = NewReader(strings.NewReader(in), mcproto.Limits{MaxItemSize: 1})
 	require.ErrorAs(t, pr.Next(&req), &pe)
 	assert.Equal(t, len("get a\r\n"), pr.Buffered())
 }
 
-// phaseReader serves one chunk per Read and records the Reader's Phase at
+// phaseReader serves one chunk per Read and records the Reader's mcproto.Phase at
 // each Read, as the server's `stats conns` reads it.
 type phaseReader struct {
 	chunks []string
 	pr     *Reader
-	phases []Phase
+	phases []mcproto.Phase
 }
 
 func (p *phaseReader) Read(b []byte) (int, error) {
@@ -422,25 +422,25 @@ func TestPhase(t *testing.T) {
 		"set b 0 0 " + strconv.Itoa(len(big)) + "\r\n", big[:10], big[10:] + "\r\n",
 		"set c 0 0 100\r\nxx", strings.Repeat("x", 98), "\r\nget c\r\n",
 	}}
-	pr := NewReader(src, Limits{MaxItemSize: 3 * initialBufSize})
+	pr := NewReader(src, mcproto.Limits{MaxItemSize: 3 * initialBufSize})
 	src.pr = pr
-	var req Request
+	var req mcproto.Request
 	require.NoError(t, pr.Next(&req)) // get a
 	require.NoError(t, pr.Next(&req)) // set a
 	require.NoError(t, pr.Next(&req)) // set b
 	assert.Equal(t, big, string(req.Data))
 	pr.lim.MaxItemSize = 10
-	var pe *Error
+	var pe *mcproto.Error
 	require.ErrorAs(t, pr.Next(&req), &pe) // set c: too large
 	require.NoError(t, pr.Next(&req))      // get c
-	assert.Equal(t, PhaseLine, pr.Phase())
+	assert.Equal(t, mcproto.PhaseLine, pr.Phase())
 	assert.ErrorIs(t, pr.Next(&req), io.EOF)
-	assert.Equal(t, []Phase{
-		PhaseLine, PhaseLine, // get a
-		PhaseValue, PhaseValue, // set a's block
-		PhaseLine, PhaseValue, PhaseValue, // set b's line, then its big block
-		PhaseLine, PhaseSwallow, PhaseSwallow, // set c's line, then its rest
-		PhaseLine, // EOF
+	assert.Equal(t, []mcproto.Phase{
+		mcproto.PhaseLine, mcproto.PhaseLine, // get a
+		mcproto.PhaseValue, mcproto.PhaseValue, // set a's block
+		mcproto.PhaseLine, mcproto.PhaseValue, mcproto.PhaseValue, // set b's line, then its big block
+		mcproto.PhaseLine, mcproto.PhaseSwallow, mcproto.PhaseSwallow, // set c's line, then its rest
+		mcproto.PhaseLine, // EOF
 	}, src.phases)
 }
 
@@ -471,13 +471,13 @@ func TestTooLargeIsStreamed(t *testing.T) {
 	head := "set big 0 0 " + strconv.Itoa(size) + "\r\n"
 	r := io.MultiReader(strings.NewReader(head), &countingReader{pattern: bytes.Repeat([]byte("x"), 64<<10), left: size},
 		strings.NewReader("\r\nget big\r\n"))
-	pr := NewReader(r, Limits{})
-	var req Request
-	var pe *Error
+	pr := NewReader(r, mcproto.Limits{})
+	var req mcproto.Request
+	var pe *mcproto.Error
 	require.ErrorAs(t, pr.Next(&req), &pe)
-	assert.Equal(t, MsgObjectTooLarge, pe.Reply)
+	assert.Equal(t, MsgObjectTooLarge, replyLine(pe))
 	assert.True(t, pe.TooLarge)
-	assert.Equal(t, CmdSet, req.Command)
+	assert.Equal(t, mcproto.OpSet, req.Op)
 	assert.Equal(t, "big", string(req.Keys[0]))
 
 	require.NoError(t, pr.Next(&req))
@@ -496,10 +496,10 @@ func TestLargeValue(t *testing.T) {
 			if how == "onebyte" && size > 100<<10 {
 				continue // slow, and nothing new
 			}
-			pr := NewReader(r, Limits{})
-			var req Request
+			pr := NewReader(r, mcproto.Limits{})
+			var req mcproto.Request
 			require.NoError(t, pr.Next(&req), how)
-			require.Equal(t, CmdSet, req.Command)
+			require.Equal(t, mcproto.OpSet, req.Op)
 			require.Equal(t, val, req.Data, "%s size %d", how, size)
 			require.NoError(t, pr.Next(&req), how)
 			assert.Equal(t, "get k=a", render(&req, nil))
@@ -513,10 +513,10 @@ func TestLargeValue(t *testing.T) {
 // kept: a 1 MiB line of one-byte keys left 12.6 MiB on an idle connection.
 func TestMultigetReleasesBuffer(t *testing.T) {
 	for _, key := range []string{"abcdefgh", "a"} {
-		nkeys := (DefaultMaxMultigetLine - 8) / (len(key) + 1)
+		nkeys := (mcproto.DefaultMaxMultigetLine - 8) / (len(key) + 1)
 		in := "get " + strings.Repeat(key+" ", nkeys) + "\r\nget b\r\n"
-		pr := NewReader(strings.NewReader(in), Limits{})
-		var req Request
+		pr := NewReader(strings.NewReader(in), mcproto.Limits{})
+		var req mcproto.Request
 		require.NoError(t, pr.Next(&req))
 		assert.Len(t, req.Keys, nkeys)
 		assert.Greater(t, len(pr.buf), retainSize)
@@ -532,8 +532,8 @@ func TestMultigetReleasesBuffer(t *testing.T) {
 func TestStorageKeySurvivesRefill(t *testing.T) {
 	val := strings.Repeat("v", initialBufSize-100)
 	in := "set thekey 0 0 " + strconv.Itoa(len(val)) + "\r\n" + val + "\r\n"
-	pr := NewReader(iotest.HalfReader(strings.NewReader("get "+strings.Repeat("p", 200)+"\r\n"+in)), Limits{})
-	var req Request
+	pr := NewReader(iotest.HalfReader(strings.NewReader("get "+strings.Repeat("p", 200)+"\r\n"+in)), mcproto.Limits{})
+	var req mcproto.Request
 	require.NoError(t, pr.Next(&req))
 	require.NoError(t, pr.Next(&req))
 	assert.Equal(t, "thekey", string(req.Keys[0]))
@@ -541,106 +541,9 @@ func TestStorageKeySurvivesRefill(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
-	pr := NewReader(strings.NewReader(""), Limits{MaxLine: 4096, MaxMultigetLine: 100})
-	assert.Equal(t, Limits{MaxItemSize: DefaultMaxItemSize, MaxLine: 4096, MaxMultigetLine: 4096}, pr.lim)
-	assert.Equal(t, Limits{MaxItemSize: 1 << 20, MaxLine: 2048, MaxMultigetLine: 1 << 20}, NewReader(nil, Limits{}).lim)
-}
-
-func TestCommandString(t *testing.T) {
-	for c := CmdGet; c <= CmdQuit; c++ {
-		assert.NotContains(t, c.String(), "Command(")
-	}
-	assert.Equal(t, "flush_all", CmdFlushAll.String())
-	assert.Equal(t, "Command(0)", Command(0).String())
-	assert.Equal(t, "Command(200)", Command(200).String())
-	assert.True(t, CmdCas.IsStorage())
-	assert.False(t, CmdIncr.IsStorage())
-	assert.True(t, CmdGats.IsRetrieval())
-	assert.False(t, CmdSet.IsRetrieval())
-}
-
-func TestErrorString(t *testing.T) {
-	assert.Equal(t, "mcproto: ERROR", errUnknown().Error())
-	assert.Equal(t, "mcproto: suppressed by noreply: CLIENT_ERROR bad data chunk", replyError(MsgBadDataChunk, true).Error())
-	assert.Equal(t, "mcproto: HTTP request on the memcache port", closeError("HTTP request on the memcache port").Error())
-}
-
-// TestNumbers pins the C strto* semantics memcached relies on.
-func TestNumbers(t *testing.T) {
-	u64 := []struct {
-		in   string
-		want uint64
-		ok   bool
-	}{
-		{"0", 0, true}, {"42", 42, true}, {"+42", 42, true}, {"-0", 0, true}, {"007", 7, true},
-		{"18446744073709551615", 1<<64 - 1, true}, {"18446744073709551616", 0, false},
-		{"99999999999999999999999", 0, false}, {"-1", 0, false},
-		{"-18446744073709551615", 1, true}, // strtoull negates modulo 2^64; 1 is not "negative"
-		{"-9223372036854775808", 1 << 63, false},
-		{"\t5", 5, true}, {"\v5", 5, true}, {"5\t", 5, true}, {"5\tx", 5, true}, {"5\r", 5, true},
-		{"", 0, false}, {"+", 0, false}, {"-", 0, false}, {"x", 0, false}, {"5x", 0, false},
-		{"0x10", 0, false}, {"1e3", 0, false}, {"++1", 0, false}, {" 5", 5, true},
-	}
-	for _, tt := range u64 {
-		got, ok := parseUint64([]byte(tt.in))
-		assert.Equal(t, tt.ok, ok, "%q", tt.in)
-		if ok {
-			assert.Equal(t, tt.want, got, "%q", tt.in)
-		}
-	}
-	i32 := []struct {
-		in   string
-		want int32
-		ok   bool
-	}{
-		{"0", 0, true}, {"-1", -1, true}, {"2592000", 2592000, true}, {"2147483647", 2147483647, true},
-		{"2147483648", -2147483648, true}, {"4294967295", -1, true}, {"4294967296", 0, true}, {"4294967297", 1, true},
-		{"9223372036854775807", -1, true}, {"9223372036854775808", 0, false},
-		{"-9223372036854775808", 0, true}, {"-9223372036854775809", 0, false},
-		{"x", 0, false}, {"1x", 0, false}, {"1 ", 1, true},
-	}
-	for _, tt := range i32 {
-		got, ok := parseInt32([]byte(tt.in))
-		assert.Equal(t, tt.ok, ok, "%q", tt.in)
-		if ok {
-			assert.Equal(t, tt.want, got, "%q", tt.in)
-		}
-	}
-	u32 := []struct {
-		in   string
-		want uint32
-		ok   bool
-	}{
-		{"4294967295", 1<<32 - 1, true}, {"4294967296", 0, true}, {"4294967297", 1, true}, {"-1", 0, false}, {"-0", 0, true},
-	}
-	for _, tt := range u32 {
-		got, ok := ParseUint32([]byte(tt.in))
-		assert.Equal(t, tt.ok, ok, "%q", tt.in)
-		if ok {
-			assert.Equal(t, tt.want, got, "%q", tt.in)
-		}
-	}
-	// Stored values as incr reads them (checked against memcached 1.6.18):
-	// the end of the value and a NUL end the number like whitespace does.
-	counters := []struct {
-		in   string
-		want uint64
-		ok   bool
-	}{
-		{"12", 12, true}, {"12 ", 12, true}, {" 12", 12, true}, {"\t12", 12, true}, {"+12", 12, true},
-		{"-0", 0, true}, {"12 ab", 12, true}, {"12\tab", 12, true}, {"12 0", 12, true},
-		{"1\n2", 1, true}, {"1\r", 1, true}, {"1\x002", 1, true}, {"000000000000000000001", 1, true},
-		{"18446744073709551615", 1<<64 - 1, true}, {"18446744073709551615 -", 0, false}, {"1 -", 1, true},
-		{"18446744073709551616", 0, false}, {"-1", 0, false}, {"", 0, false}, {"   ", 0, false},
-		{"\x0012", 0, false}, {"12ab", 0, false}, {"ab", 0, false}, {"-", 0, false},
-	}
-	for _, tt := range counters {
-		got, ok := ParseCounter([]byte(tt.in))
-		assert.Equal(t, tt.ok, ok, "%q", tt.in)
-		if ok {
-			assert.Equal(t, tt.want, got, "%q", tt.in)
-		}
-	}
+	pr := NewReader(strings.NewReader(""), mcproto.Limits{MaxLine: 4096, MaxMultigetLine: 100})
+	assert.Equal(t, mcproto.Limits{MaxItemSize: mcproto.DefaultMaxItemSize, MaxLine: 4096, MaxMultigetLine: 4096}, pr.lim)
+	assert.Equal(t, mcproto.Limits{MaxItemSize: 1 << 20, MaxLine: 2048, MaxMultigetLine: 1 << 20}, NewReader(nil, mcproto.Limits{}).lim)
 }
 
 func TestMultigetPrefix(t *testing.T) {
@@ -652,53 +555,6 @@ func TestMultigetPrefix(t *testing.T) {
 	} {
 		assert.Equal(t, want, multigetPrefix([]byte(in)), "%q", in)
 	}
-}
-
-// A binary-protocol request gets that protocol's "not supported" answer,
-// echoing its opcode and opaque, and the connection closes; a header cut
-// short closes without a word; a text request is never taken for one, even
-// with a value that starts with the binary magic byte.
-func TestBinaryRequestIsRefused(t *testing.T) {
-	hdr := []byte{0x80, 0x00, 0x00, 0x03, 0, 0, 0, 0, 0, 0, 0, 3, 0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0, 0, 0, 0, 0}
-	for _, tc := range []struct {
-		name string
-		rd   io.Reader
-	}{
-		{"whole", bytes.NewReader(append(append([]byte(nil), hdr...), "foo"...))},
-		{"header split across reads", iotest.OneByteReader(bytes.NewReader(hdr))},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var req Request
-			err := NewReader(tc.rd, Limits{}).Next(&req)
-			var pe *Error
-			require.ErrorAs(t, err, &pe)
-			require.True(t, pe.Close)
-			raw := pe.Raw
-			require.GreaterOrEqual(t, len(raw), BinaryHeaderLen)
-			assert.Equal(t, byte(0x81), raw[0], "response magic")
-			assert.Equal(t, hdr[1], raw[1], "opcode echoed")
-			assert.Equal(t, uint16(0x0083), binary.BigEndian.Uint16(raw[6:8]), "status: not supported")
-			assert.Equal(t, hdr[12:16], raw[12:16], "opaque echoed")
-			body := raw[BinaryHeaderLen:]
-			assert.Equal(t, uint32(len(body)), binary.BigEndian.Uint32(raw[8:12]), "total body length")
-			assert.Contains(t, string(body), "text protocol")
-		})
-	}
-
-	var req Request
-	err := NewReader(bytes.NewReader(hdr[:10]), Limits{}).Next(&req)
-	var pe *Error
-	require.ErrorAs(t, err, &pe)
-	assert.True(t, pe.Close)
-	assert.Nil(t, pe.Raw)
-	assert.Empty(t, pe.Reply)
-
-	pr := NewReader(strings.NewReader("set a 0 0 2\r\n\x80\x00\r\nget a\r\n"), Limits{})
-	require.NoError(t, pr.Next(&req))
-	assert.Equal(t, CmdSet, req.Command)
-	assert.Equal(t, []byte{0x80, 0x00}, req.Data)
-	require.NoError(t, pr.Next(&req))
-	assert.Equal(t, CmdGet, req.Command)
 }
 
 // TestBinaryMagicOnlyOpensAConnection: memcached picks the protocol from a
@@ -721,8 +577,13 @@ func TestBinaryMagicOnlyOpensAConnection(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for how, r := range readers(tt.in) {
-				assert.Equal(t, tt.want, parseAll(t, r, Limits{}), how)
+				assert.Equal(t, tt.want, parseAll(t, r, mcproto.Limits{}), how)
 			}
 		})
 	}
+}
+
+// replyLine is the reply of a parse error as a line without its "\r\n".
+func replyLine(pe *mcproto.Error) string {
+	return strings.TrimSuffix(string(pe.Reply), "\r\n")
 }

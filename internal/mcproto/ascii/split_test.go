@@ -1,6 +1,7 @@
-package mcproto
+package ascii
 
 import (
+	"github.com/kvd-project/kvd/internal/mcproto"
 	"io"
 	"math/rand/v2"
 	"strconv"
@@ -31,7 +32,7 @@ func (s *splitReader) Read(p []byte) (int, error) {
 
 // splitLimits let a value bigger than the initial read buffer through and
 // swallow one a little bigger.
-var splitLimits = Limits{MaxItemSize: initialBufSize + 1000}
+var splitLimits = mcproto.Limits{MaxItemSize: initialBufSize + 1000}
 
 // splitPipeline has one request of every shape the parser reads, including
 // its error paths and the values that take the reader's other buffers: a

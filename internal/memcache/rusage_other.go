@@ -1,6 +1,6 @@
 //go:build !unix
 
-package mcserver
+package memcache
 
 // appendRusage: no getrusage here, so no rusage_user and rusage_system.
-func appendRusage(buf []byte) []byte { return buf }
+func appendRusage(func(name, value string)) {}

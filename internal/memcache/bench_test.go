@@ -1,4 +1,4 @@
-package mcserver_test
+package memcache_test
 
 import (
 	"bufio"

@@ -1,4 +1,4 @@
-package mcserver_test
+package memcache_test
 
 import (
 	"fmt"
@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvd-project/kvd/internal/config"
-	"github.com/kvd-project/kvd/internal/mcproto"
-	"github.com/kvd-project/kvd/internal/mcserver"
+	"github.com/kvd-project/kvd/internal/mcproto/binary"
+	"github.com/kvd-project/kvd/internal/memcache"
 )
 
 // TestGatRefusedMidwayGivesBackItsPlaces: a gat of more keys than the node
@@ -79,10 +79,10 @@ func TestLargeGatIsAnsweredInChunks(t *testing.T) {
 // the reply; nothing of the gat follows it, so the next request's reply
 // is the next thing the client reads.
 func TestGatRefusedInALaterChunkEndsItsReply(t *testing.T) {
-	n := startNode(t, func(c *config.Config) { c.MaxPending = mcserver.GatChunk + 4 })
+	n := startNode(t, func(c *config.Config) { c.MaxPending = memcache.GatChunk + 4 })
 	c := dial(t, n.MemcacheAddr())
 	var keys []string
-	for i := range 5 * mcserver.GatChunk {
+	for i := range 5 * memcache.GatChunk {
 		k := fmt.Sprintf("key%d", i)
 		keys = append(keys, k)
 		require.Equal(t, []string{"STORED"}, c.do("set "+k+" 0 0 1\r\nx\r\n", "STORED"))
@@ -119,7 +119,7 @@ func TestBinaryClientIsRefusedAtOnce(t *testing.T) {
 	require.NoError(t, nc.SetReadDeadline(time.Now().Add(10*time.Second)))
 	reply, err := io.ReadAll(nc)
 	require.NoError(t, err, "the server closes after its answer")
-	require.GreaterOrEqual(t, len(reply), mcproto.BinaryHeaderLen, "reply %q", reply)
+	require.GreaterOrEqual(t, len(reply), binary.HeaderLen, "reply %q", reply)
 	require.Equal(t, byte(0x81), reply[0])
 	require.Equal(t, []byte{0x00, 0x83}, reply[6:8], "status: not supported")
 	require.Equal(t, []byte{0, 0, 0, 7}, reply[12:16], "opaque echoed")

@@ -1,17 +1,21 @@
-package mcproto
+package ascii
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/kvd-project/kvd/internal/mcproto"
+)
 
 // errUnknown answers a line memcached does not understand, or a known
 // command with the wrong number of tokens.
-func errUnknown() *Error { return &Error{Reply: MsgError} }
+func errUnknown() *mcproto.Error { return mcproto.ReplyError(MsgError, false) }
 
 // parse interprets one request line (without its '\n') and, for storage
 // commands, reads the data block that follows. The order of the checks is
 // memcached's (process_command_ascii and the process_*_command functions of
 // proto_text.c), because it decides which error wins and whether noreply
 // already applies to it.
-func (r *Reader) parse(line []byte, req *Request) error {
+func (r *Reader) parse(line []byte, req *mcproto.Request) error {
 	// memcached drops one '\r' before the '\n' (if the line has more than
 	// one byte), then treats the line as a C string: a NUL ends it.
 	if n := len(line); n > 1 && line[n-1] == '\r' {
@@ -30,50 +34,50 @@ func (r *Reader) parse(line []byte, req *Request) error {
 	// with one of these letters never reaches the HTTP check.
 	switch {
 	case len(cmd) == 2 && cmd[0] == 'm':
-		return errUnknown() // meta commands: not supported
+		return r.parseMeta(w, req)
 	case cmd[0] == 'g':
 		if len(w) < 2 {
 			return errUnknown()
 		}
 		switch string(cmd) {
 		case "get":
-			return r.parseGet(CmdGet, w, req)
+			return r.parseGet(mcproto.OpGet, w, req)
 		case "gets":
-			return r.parseGet(CmdGets, w, req)
+			return r.parseGet(mcproto.OpGets, w, req)
 		case "gat":
-			return r.parseGat(CmdGat, w, req)
+			return r.parseGat(mcproto.OpGat, w, req)
 		case "gats":
-			return r.parseGat(CmdGats, w, req)
+			return r.parseGat(mcproto.OpGats, w, req)
 		}
 		return errUnknown()
 	case cmd[0] == 's':
 		switch string(cmd) {
 		case "set":
-			return r.parseStorage(CmdSet, w, req)
+			return r.parseStorage(mcproto.OpSet, w, req)
 		case "stats":
 			return r.parseStats(w, req)
 		case "shutdown":
 			// memcached's answer when started without -A, noreply or not:
 			// a client learns the server will not stop for it.
-			return &Error{Reply: MsgShutdownDisabled}
+			return mcproto.ReplyError(MsgShutdownDisabled, false)
 		}
 		return errUnknown() // slabs: not supported
 	case cmd[0] == 'a':
 		switch string(cmd) {
 		case "add":
-			return r.parseStorage(CmdAdd, w, req)
+			return r.parseStorage(mcproto.OpAdd, w, req)
 		case "append":
-			return r.parseStorage(CmdAppend, w, req)
+			return r.parseStorage(mcproto.OpAppend, w, req)
 		}
 		return errUnknown()
 	case cmd[0] == 'c':
 		if string(cmd) == "cas" {
-			return r.parseStorage(CmdCas, w, req)
+			return r.parseStorage(mcproto.OpCas, w, req)
 		}
 		return errUnknown() // cache_memlimit: not supported
 	case cmd[0] == 'i':
 		if string(cmd) == "incr" {
-			return r.parseArith(CmdIncr, w, req)
+			return r.parseArith(mcproto.OpIncr, w, req)
 		}
 		return errUnknown()
 	case cmd[0] == 'd':
@@ -81,7 +85,7 @@ func (r *Reader) parse(line []byte, req *Request) error {
 		case "delete":
 			return r.parseDelete(w, req)
 		case "decr":
-			return r.parseArith(CmdDecr, w, req)
+			return r.parseArith(mcproto.OpDecr, w, req)
 		}
 		return errUnknown()
 	case cmd[0] == 't':
@@ -92,21 +96,21 @@ func (r *Reader) parse(line []byte, req *Request) error {
 	}
 	switch string(cmd) {
 	case "replace":
-		return r.parseStorage(CmdReplace, w, req)
+		return r.parseStorage(mcproto.OpReplace, w, req)
 	case "prepend":
-		return r.parseStorage(CmdPrepend, w, req)
+		return r.parseStorage(mcproto.OpPrepend, w, req)
 	case "bget": // memcached's ancient alias of get
 		if len(w) < 2 {
 			return errUnknown()
 		}
-		return r.parseGet(CmdGet, w, req)
+		return r.parseGet(mcproto.OpGet, w, req)
 	case "flush_all":
 		return r.parseFlushAll(w, req)
 	case "version":
-		req.Command = CmdVersion
+		req.Op = mcproto.OpVersion
 		return nil
 	case "quit":
-		req.Command = CmdQuit
+		req.Op = mcproto.OpQuit
 		return nil
 	case "verbosity":
 		return r.parseVerbosity(w, req)
@@ -116,7 +120,7 @@ func (r *Reader) parse(line []byte, req *Request) error {
 	// An unknown command whose last token (as memcached's tokenizer sees it)
 	// starts with "HTTP/" is a browser or proxy: close without a word.
 	if last := w[min(len(w), maxTokens)-1]; bytes.HasPrefix(last, []byte("HTTP/")) {
-		r.closed = closeError("HTTP request on the memcache port")
+		r.closed = mcproto.CloseError("HTTP request on the memcache port")
 		return r.closed
 	}
 	return errUnknown()
@@ -149,38 +153,38 @@ func noreply(w [][]byte) bool {
 	return string(w[min(len(w), maxTokens)-1]) == "noreply"
 }
 
-// checkKeys rejects a key longer than MaxKeyLen.
+// checkKeys rejects a key longer than mcproto.MaxKeyLen.
 func checkKeys(keys [][]byte) bool {
 	for _, k := range keys {
-		if len(k) > MaxKeyLen {
+		if len(k) > mcproto.MaxKeyLen {
 			return false
 		}
 	}
 	return true
 }
 
-func (r *Reader) parseGet(c Command, w [][]byte, req *Request) error {
+func (r *Reader) parseGet(c mcproto.Op, w [][]byte, req *mcproto.Request) error {
 	keys := w[1:]
 	if !checkKeys(keys) {
-		return replyError(MsgBadCommandLine, false)
+		return mcproto.ReplyError(MsgBadCommandLine, false)
 	}
-	req.Command = c
+	req.Op = c
 	req.Keys = keys
 	return nil
 }
 
 // parseGat handles "gat|gats <exptime> <key>*". memcached accepts zero keys
 // and answers END.
-func (r *Reader) parseGat(c Command, w [][]byte, req *Request) error {
-	exp, ok := parseInt32(w[1])
+func (r *Reader) parseGat(c mcproto.Op, w [][]byte, req *mcproto.Request) error {
+	exp, ok := mcproto.ParseInt32(w[1])
 	if !ok {
-		return replyError(MsgInvalidExptime, false)
+		return mcproto.ReplyError(MsgInvalidExptime, false)
 	}
 	keys := w[2:]
 	if !checkKeys(keys) {
-		return replyError(MsgBadCommandLine, false)
+		return mcproto.ReplyError(MsgBadCommandLine, false)
 	}
-	req.Command = c
+	req.Op = c
 	req.Exptime = int64(exp)
 	req.Keys = keys
 	return nil
@@ -192,61 +196,61 @@ func (r *Reader) parseGat(c Command, w [][]byte, req *Request) error {
 //	cas <key> <flags> <exptime> <bytes> <cas unique> [noreply]
 //
 // and reads the data block.
-func (r *Reader) parseStorage(c Command, w [][]byte, req *Request) error {
+func (r *Reader) parseStorage(c mcproto.Op, w [][]byte, req *mcproto.Request) error {
 	base := 5
-	if c == CmdCas {
+	if c == mcproto.OpCas {
 		base = 6
 	}
 	if len(w) != base && len(w) != base+1 {
 		return errUnknown()
 	}
 	nr := noreply(w)
-	if len(w[1]) > MaxKeyLen {
-		return replyError(MsgBadCommandLine, nr)
+	if len(w[1]) > mcproto.MaxKeyLen {
+		return mcproto.ReplyError(MsgBadCommandLine, nr)
 	}
-	flags, ok1 := ParseUint32(w[2])
-	exp, ok2 := parseInt32(w[3])
-	vlen, ok3 := parseInt32(w[4])
+	flags, ok1 := mcproto.ParseUint32(w[2])
+	exp, ok2 := mcproto.ParseInt32(w[3])
+	vlen, ok3 := mcproto.ParseInt32(w[4])
 	if !ok1 || !ok2 || !ok3 {
-		return replyError(MsgBadCommandLine, nr)
+		return mcproto.ReplyError(MsgBadCommandLine, nr)
 	}
 	var cas uint64
-	if c == CmdCas {
+	if c == mcproto.OpCas {
 		var ok bool
-		if cas, ok = parseUint64(w[5]); !ok {
-			return replyError(MsgBadCommandLine, nr)
+		if cas, ok = mcproto.ParseUint64(w[5]); !ok {
+			return mcproto.ReplyError(MsgBadCommandLine, nr)
 		}
 	}
 	if vlen < 0 || vlen > 1<<31-1-2 {
-		return replyError(MsgBadCommandLine, nr)
+		return mcproto.ReplyError(MsgBadCommandLine, nr)
 	}
 
 	// The line is accepted: copy the key out of buf, which the data block
 	// may overwrite.
 	n := copy(r.key[:], w[1])
 	r.keys = append(r.keys[:0], r.key[:n])
-	req.Command = c
+	req.Op = c
 	req.Keys = r.keys
 	req.Flags = flags
 	req.Exptime = int64(exp)
 	req.CAS = cas
-	req.Noreply = nr
+	req.Echo.Noreply = nr
 
 	if int(vlen) > r.lim.MaxItemSize {
 		r.skip = int64(vlen) + 2
-		e := replyError(MsgObjectTooLarge, nr)
+		e := mcproto.ReplyError(MsgObjectTooLarge, nr)
 		e.TooLarge = true
 		return e
 	}
 	block, err := r.readBlock(int(vlen) + 2)
 	if err != nil {
-		*req = Request{}
+		*req = mcproto.Request{}
 		return err
 	}
 	if block[vlen] != '\r' || block[vlen+1] != '\n' {
-		e := replyError(MsgBadDataChunk, nr)
-		e.Counted = req.Command
-		*req = Request{}
+		e := mcproto.ReplyError(MsgBadDataChunk, nr)
+		e.Counted = req.Op
+		*req = mcproto.Request{}
 		return e
 	}
 	req.Data = block[:vlen]
@@ -254,48 +258,48 @@ func (r *Reader) parseStorage(c Command, w [][]byte, req *Request) error {
 }
 
 // parseArith handles "incr|decr <key> <delta> [noreply]".
-func (r *Reader) parseArith(c Command, w [][]byte, req *Request) error {
+func (r *Reader) parseArith(c mcproto.Op, w [][]byte, req *mcproto.Request) error {
 	if len(w) != 3 && len(w) != 4 {
 		return errUnknown()
 	}
 	nr := noreply(w)
-	if len(w[1]) > MaxKeyLen {
-		return replyError(MsgBadCommandLine, nr)
+	if len(w[1]) > mcproto.MaxKeyLen {
+		return mcproto.ReplyError(MsgBadCommandLine, nr)
 	}
-	delta, ok := parseUint64(w[2])
+	delta, ok := mcproto.ParseUint64(w[2])
 	if !ok {
-		return replyError(MsgInvalidDelta, nr)
+		return mcproto.ReplyError(MsgInvalidDelta, nr)
 	}
-	req.Command = c
+	req.Op = c
 	req.Keys = w[1:2]
 	req.Delta = delta
-	req.Noreply = nr
+	req.Echo.Noreply = nr
 	return nil
 }
 
 // parseTouch handles "touch <key> <exptime> [noreply]".
-func (r *Reader) parseTouch(w [][]byte, req *Request) error {
+func (r *Reader) parseTouch(w [][]byte, req *mcproto.Request) error {
 	if len(w) != 3 && len(w) != 4 {
 		return errUnknown()
 	}
 	nr := noreply(w)
-	if len(w[1]) > MaxKeyLen {
-		return replyError(MsgBadCommandLine, nr)
+	if len(w[1]) > mcproto.MaxKeyLen {
+		return mcproto.ReplyError(MsgBadCommandLine, nr)
 	}
-	exp, ok := parseInt32(w[2])
+	exp, ok := mcproto.ParseInt32(w[2])
 	if !ok {
-		return replyError(MsgInvalidExptime, nr)
+		return mcproto.ReplyError(MsgInvalidExptime, nr)
 	}
-	req.Command = CmdTouch
+	req.Op = mcproto.OpTouch
 	req.Keys = w[1:2]
 	req.Exptime = int64(exp)
-	req.Noreply = nr
+	req.Echo.Noreply = nr
 	return nil
 }
 
 // parseDelete handles "delete <key> [0] [noreply]": memcached still accepts
 // the obsolete hold time, but only as "0".
-func (r *Reader) parseDelete(w [][]byte, req *Request) error {
+func (r *Reader) parseDelete(w [][]byte, req *mcproto.Request) error {
 	if len(w) < 2 || len(w) > 4 {
 		return errUnknown()
 	}
@@ -305,21 +309,21 @@ func (r *Reader) parseDelete(w [][]byte, req *Request) error {
 		nr = noreply(w)
 		valid := len(w) == 3 && (holdZero || nr) || len(w) == 4 && holdZero && nr
 		if !valid {
-			return replyError(MsgDeleteUsage, nr)
+			return mcproto.ReplyError(MsgDeleteUsage, nr)
 		}
 	}
-	if len(w[1]) > MaxKeyLen {
-		return replyError(MsgBadCommandLine, nr)
+	if len(w[1]) > mcproto.MaxKeyLen {
+		return mcproto.ReplyError(MsgBadCommandLine, nr)
 	}
-	req.Command = CmdDelete
+	req.Op = mcproto.OpDelete
 	req.Keys = w[1:2]
-	req.Noreply = nr
+	req.Echo.Noreply = nr
 	return nil
 }
 
 // parseFlushAll handles "flush_all [delay] [noreply]". As in memcached, a
 // token after the delay that is not noreply is ignored.
-func (r *Reader) parseFlushAll(w [][]byte, req *Request) error {
+func (r *Reader) parseFlushAll(w [][]byte, req *mcproto.Request) error {
 	if len(w) > 3 {
 		return errUnknown()
 	}
@@ -329,39 +333,39 @@ func (r *Reader) parseFlushAll(w [][]byte, req *Request) error {
 		bare = 2
 	}
 	if len(w) != bare {
-		d, ok := parseInt32(w[1])
+		d, ok := mcproto.ParseInt32(w[1])
 		if !ok {
-			e := replyError(MsgInvalidExptime, nr)
-			e.Counted = CmdFlushAll
+			e := mcproto.ReplyError(MsgInvalidExptime, nr)
+			e.Counted = mcproto.OpFlushAll
 			return e
 		}
 		req.Delay = int64(d)
 		req.HasDelay = true
 	}
-	req.Command = CmdFlushAll
-	req.Noreply = nr
+	req.Op = mcproto.OpFlushAll
+	req.Echo.Noreply = nr
 	return nil
 }
 
 // parseVerbosity handles "verbosity <level> [noreply]".
-func (r *Reader) parseVerbosity(w [][]byte, req *Request) error {
+func (r *Reader) parseVerbosity(w [][]byte, req *mcproto.Request) error {
 	if len(w) != 2 && len(w) != 3 {
 		return errUnknown()
 	}
 	nr := noreply(w)
-	level, ok := ParseUint32(w[1])
+	level, ok := mcproto.ParseUint32(w[1])
 	if !ok {
-		return replyError(MsgBadCommandLine, nr)
+		return mcproto.ReplyError(MsgBadCommandLine, nr)
 	}
-	req.Command = CmdVerbosity
+	req.Op = mcproto.OpVerbosity
 	req.Verbosity = int(level)
-	req.Noreply = nr
+	req.Echo.Noreply = nr
 	return nil
 }
 
 // parseStats handles "stats [args…]"; the server answers each form.
-func (r *Reader) parseStats(w [][]byte, req *Request) error {
-	req.Command = CmdStats
+func (r *Reader) parseStats(w [][]byte, req *mcproto.Request) error {
+	req.Op = mcproto.OpStats
 	if len(w) == 1 {
 		return nil
 	}

@@ -1,8 +1,9 @@
-package mcproto
+package ascii
 
 import (
 	"bytes"
 	"errors"
+	"github.com/kvd-project/kvd/internal/mcproto"
 	"io"
 	"strings"
 	"testing"
@@ -10,13 +11,13 @@ import (
 )
 
 // fuzzLimits are small so that random inputs reach every bound.
-var fuzzLimits = Limits{MaxItemSize: 64, MaxLine: 64, MaxMultigetLine: 256}
+var fuzzLimits = mcproto.Limits{MaxItemSize: 64, MaxLine: 64, MaxMultigetLine: 256}
 
 // fuzzBigValueLimits make the read buffer (MaxMultigetLine+3 bytes) smaller
 // than the largest value, so that values also take readBlock's other path,
 // read into a buffer of their own as the bytes arrive; with fuzzLimits every
 // value fits the read buffer.
-var fuzzBigValueLimits = Limits{MaxItemSize: 200, MaxLine: 32, MaxMultigetLine: 32}
+var fuzzBigValueLimits = mcproto.Limits{MaxItemSize: 200, MaxLine: 32, MaxMultigetLine: 32}
 
 // knownReplies are all the lines Next may ask a server to write.
 var knownReplies = map[string]bool{
@@ -56,7 +57,7 @@ func FuzzReader(f *testing.F) {
 	f.Add([]byte("set k 0 0 150\r\n" + strings.Repeat("v", 150) + "\r\nget k\r\nset k 0 0 40 noreply\r\n" +
 		strings.Repeat("w", 40) + "\nget k\r\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		for _, lim := range []Limits{fuzzLimits, fuzzBigValueLimits} {
+		for _, lim := range []mcproto.Limits{fuzzLimits, fuzzBigValueLimits} {
 			whole := fuzzParse(t, bytes.NewReader(in), len(in), lim)
 			one := fuzzParse(t, iotest.OneByteReader(bytes.NewReader(in)), len(in), lim)
 			chunked := fuzzParse(t, &chunkReader{data: in, sizes: in}, len(in), lim)
@@ -67,32 +68,32 @@ func FuzzReader(f *testing.F) {
 	})
 }
 
-func fuzzParse(t *testing.T, r io.Reader, n int, lim Limits) []string {
+func fuzzParse(t *testing.T, r io.Reader, n int, lim mcproto.Limits) []string {
 	pr := NewReader(r, lim)
 	var out []string
-	var req Request
+	var req mcproto.Request
 	// Every result consumes at least one byte (a '\n'), so n+1 calls end it.
 	for range n + 2 {
 		err := pr.Next(&req)
 		out = append(out, render(&req, err))
 		if err != nil {
-			var pe *Error
+			var pe *mcproto.Error
 			if !errors.As(err, &pe) {
 				if err != io.EOF && err != io.ErrUnexpectedEOF {
 					t.Fatalf("unexpected error %v", err)
 				}
 				return out
 			}
-			if !knownReplies[pe.Reply] {
-				t.Fatalf("unknown reply %q", pe.Reply)
+			if !knownReplies[replyLine(pe)] {
+				t.Fatalf("unknown reply %q", replyLine(pe))
 			}
 			if pe.Close {
-				if pe.Reply != "" {
-					t.Fatalf("closing error with a reply %q", pe.Reply)
+				if replyLine(pe) != "" {
+					t.Fatalf("closing error with a reply %q", replyLine(pe))
 				}
 				return out
 			}
-			if pe.TooLarge && (!req.Command.IsStorage() || len(req.Keys) != 1) {
+			if pe.TooLarge && (!req.Op.IsStorage() || len(req.Keys) != 1) {
 				t.Fatalf("too large without its request: %+v", req)
 			}
 			continue
@@ -106,18 +107,18 @@ func fuzzParse(t *testing.T, r io.Reader, n int, lim Limits) []string {
 	return nil
 }
 
-func checkRequest(t *testing.T, req *Request, lim Limits) {
-	c := req.Command
-	if c < CmdGet || c > CmdQuit {
+func checkRequest(t *testing.T, req *mcproto.Request, lim mcproto.Limits) {
+	c := req.Op
+	if c < mcproto.OpGet || c > mcproto.OpQuit {
 		t.Fatalf("bad command %d", c)
 	}
 	switch {
-	case c == CmdGet || c == CmdGets:
+	case c == mcproto.OpGet || c == mcproto.OpGets:
 		if len(req.Keys) == 0 {
 			t.Fatalf("%s without keys", c)
 		}
-	case c == CmdGat || c == CmdGats:
-	case c.IsStorage() || c == CmdIncr || c == CmdDecr || c == CmdTouch || c == CmdDelete:
+	case c == mcproto.OpGat || c == mcproto.OpGats:
+	case c.IsStorage() || c == mcproto.OpIncr || c == mcproto.OpDecr || c == mcproto.OpTouch || c == mcproto.OpDelete:
 		if len(req.Keys) != 1 {
 			t.Fatalf("%s with %d keys", c, len(req.Keys))
 		}
@@ -127,7 +128,7 @@ func checkRequest(t *testing.T, req *Request, lim Limits) {
 		}
 	}
 	for _, k := range req.Keys {
-		if len(k) == 0 || len(k) > MaxKeyLen || bytes.ContainsAny(k, " \n\x00") {
+		if len(k) == 0 || len(k) > mcproto.MaxKeyLen || bytes.ContainsAny(k, " \n\x00") {
 			t.Fatalf("bad key %q", k)
 		}
 	}
@@ -137,7 +138,7 @@ func checkRequest(t *testing.T, req *Request, lim Limits) {
 	if !c.IsStorage() && req.Data != nil {
 		t.Fatalf("%s with data", c)
 	}
-	if req.Noreply && c.IsRetrieval() {
+	if req.Echo.Noreply && c.IsRetrieval() {
 		t.Fatalf("%s with noreply", c)
 	}
 }

@@ -1,4 +1,4 @@
-package mcserver_test
+package memcache_test
 
 import (
 	"bufio"
@@ -9,39 +9,79 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvd-project/kvd/internal/mcproto"
+	"github.com/kvd-project/kvd/internal/command"
+	"github.com/kvd-project/kvd/internal/kv"
+	"github.com/kvd-project/kvd/internal/mcproto/ascii"
+	"github.com/kvd-project/kvd/internal/mcproto/binary"
 	"github.com/kvd-project/kvd/internal/mcserver"
+	"github.com/kvd-project/kvd/internal/memcache"
+	"github.com/kvd-project/kvd/internal/node"
 )
 
-// ownServer runs a second memcache listener over a started node's kv
-// service, so that a test can read its Stats and choose its Config.
-func ownServer(t *testing.T, cfg mcserver.Config) (*mcserver.Server, string) {
-	t.Helper()
-	n := startNode(t)
+// served is a memcache listener of a test's own over a started node's kv
+// service: its semantics, its listener, and the kv as the semantics see it.
+type served struct {
+	mc  *memcache.Service
+	srv *mcserver.Server
+	kv  *probeKV
+}
+
+// Stats are the semantics' counters.
+func (s *served) Stats() *memcache.Stats { return s.mc.Stats() }
+
+// probeKV passes every call to the node's kv service and counts the gat
+// touches proposed through it.
+type probeKV struct {
+	memcache.KV
+	gats atomic.Int64
+}
+
+func (p *probeKV) Submit(ctx context.Context, c *command.Command) (*kv.Call, error) {
+	if c.Op == command.OpGAT {
+		p.gats.Add(1)
+	}
+	return p.KV.Submit(ctx, c)
+}
+
+// newServed builds a listener over n's kv service, not yet serving.
+func newServed(n *node.Node, cfg mcserver.Config) *served {
 	if cfg.MaxItemSize == 0 {
 		cfg.MaxItemSize = 1 << 20
 	}
 	if cfg.MaxConnections == 0 {
 		cfg.MaxConnections = 100
 	}
-	srv := mcserver.New(cfg, n.KV(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	pk := &probeKV{KV: n.KV()}
+	mc := memcache.New(memcache.Config{MaxItemSize: cfg.MaxItemSize, MaxConnections: cfg.MaxConnections}, pk, logger)
+	srv := mcserver.New(cfg, mcserver.Codecs{Text: ascii.Open, Binary: binary.Open}, mc, &mc.Stats().Counters, logger)
+	return &served{mc: mc, srv: srv, kv: pk}
+}
+
+// ownServer runs a second memcache listener over a started node's kv
+// service, with cfg, and returns it and its address.
+func ownServer(t *testing.T, cfg mcserver.Config) (*served, string) {
+	t.Helper()
+	n := startNode(t)
+	s := newServed(n, cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
+	go func() { done <- s.srv.Serve(ln) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		require.NoError(t, srv.Shutdown(ctx))
+		require.NoError(t, s.srv.Shutdown(ctx))
 		require.NoError(t, <-done)
 	})
-	return srv, ln.Addr().String()
+	return s, ln.Addr().String()
 }
 
 // TestReplyNotWithheldBehindPartialRequest: the reply to a complete request
@@ -110,7 +150,7 @@ func TestSuppressedClientErrorsCountAsClientErrors(t *testing.T) {
 				continue
 			}
 			for r, v := range cs.Results {
-				switch mcserver.ResultName(r) {
+				switch memcache.ResultName(r) {
 				case "client_error":
 					clientErr = v
 				case "error":
@@ -140,7 +180,7 @@ func TestConnectionSlotFreedBeforeClientSeesClose(t *testing.T) {
 	binaryGet[0] = 0x80
 	for _, tc := range []struct{ name, req, want string }{
 		{"quit", "version\r\nquit\r\n", "VERSION 1.6.21\r\n"},
-		{"closing error", string(binaryGet), string(mcproto.AppendBinaryNotSupported(nil, binaryGet))},
+		{"closing error", string(binaryGet), string(binary.AppendNotSupported(nil, binaryGet))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			refused := 0
@@ -190,7 +230,7 @@ func TestShutdownRepliesSurviveUnreadRequests(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		shutdown <- srv.Shutdown(ctx)
+		shutdown <- srv.srv.Shutdown(ctx)
 	}()
 	require.Eventually(t, func() bool {
 		other, err := net.Dial("tcp", addr)
@@ -224,7 +264,7 @@ func TestShutdownRepliesSurviveUnreadRequests(t *testing.T) {
 // that nobody would ever accept from.
 func TestServeAfterShutdownClosesListener(t *testing.T) {
 	n := startNode(t)
-	srv := mcserver.New(mcserver.Config{MaxItemSize: 1 << 20, MaxConnections: 10}, n.KV(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv := newServed(n, mcserver.Config{MaxConnections: 10}).srv
 	require.NoError(t, srv.Shutdown(context.Background()))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

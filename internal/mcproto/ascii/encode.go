@@ -1,9 +1,11 @@
-package mcproto
+package ascii
 
 import (
-	"encoding/binary"
+	"io"
 	"slices"
 	"strconv"
+
+	"github.com/kvd-project/kvd/internal/mcproto"
 )
 
 // Fixed reply lines, "\r\n" included, for append(dst, ReplyStored...).
@@ -20,9 +22,8 @@ const (
 	ReplyReset     = "RESET\r\n"
 )
 
-// Error lines without "\r\n", as memcached 1.6 words them. The parser puts
-// the first group in Error.Reply; the second group is for the server, which
-// decides those outcomes.
+// Error lines without "\r\n", as memcached 1.6 words them. The parser
+// answers the first group; the encoder renders the second group's outcomes.
 const (
 	MsgError            = "ERROR"
 	MsgBadCommandLine   = "CLIENT_ERROR bad command line format"
@@ -68,7 +69,7 @@ func AppendEnd(dst []byte) []byte {
 	return append(dst, ReplyEnd...)
 }
 
-// AppendLine appends line and "\r\n". It is how a server writes Error.Reply.
+// AppendLine appends line and "\r\n".
 // Line breaks inside line are replaced by spaces so that one call can never
 // produce two protocol lines.
 func AppendLine(dst []byte, line string) []byte {
@@ -135,30 +136,112 @@ func appendOneLine(dst []byte, s string) []byte {
 	return dst
 }
 
-// The binary protocol's framing, as much of it as kvd needs to refuse it: a
-// request starts with binaryRequestMagic and a 24-byte header whose second
-// byte is the opcode and whose bytes 12 to 15 are an opaque value the
-// response echoes.
-const (
-	binaryRequestMagic  = 0x80
-	binaryResponseMagic = 0x81
-	BinaryHeaderLen     = 24
-	// binaryNotSupported is the protocol's status "not supported".
-	binaryNotSupported    = 0x0083
-	binaryNotSupportedMsg = "binary protocol not supported by kvd: use the text protocol"
-)
+// Codec is the text protocol's codec over one connection: a Reader for
+// requests and the encoder of their replies. Meta commands will share it
+// (they share the line reader), rendering by the request's Echo.Proto.
+type Codec struct {
+	*Reader
+}
 
-// AppendBinaryNotSupported appends the binary-protocol response refusing the
-// request whose header is hdr (at least BinaryHeaderLen bytes): status "not
-// supported", the request's opcode and opaque, and a short explanation as
-// the value, so that a binary client fails at once with a reason.
-func AppendBinaryNotSupported(dst, hdr []byte) []byte {
-	var h [BinaryHeaderLen]byte
-	h[0] = binaryResponseMagic
-	h[1] = hdr[1]
-	binary.BigEndian.PutUint16(h[6:8], binaryNotSupported)
-	binary.BigEndian.PutUint32(h[8:12], uint32(len(binaryNotSupportedMsg)))
-	copy(h[12:16], hdr[12:16])
-	dst = append(dst, h[:]...)
-	return append(dst, binaryNotSupportedMsg...)
+// NewCodec returns the codec of a connection whose bytes come from r.
+func NewCodec(r io.Reader, lim mcproto.Limits) *Codec {
+	return &Codec{Reader: NewReader(r, lim)}
+}
+
+var _ mcproto.Codec = (*Codec)(nil)
+
+// statusLines are the text protocol's lines for each mcproto.Status.
+var statusLines = [...]string{
+	mcproto.StatusStored:    ReplyStored,
+	mcproto.StatusNotStored: ReplyNotStored,
+	mcproto.StatusExists:    ReplyExists,
+	mcproto.StatusNotFound:  ReplyNotFound,
+	mcproto.StatusDeleted:   ReplyDeleted,
+	mcproto.StatusTouched:   ReplyTouched,
+	mcproto.StatusOK:        ReplyOK,
+	mcproto.StatusReset:     ReplyReset,
+}
+
+// AppendHit appends a VALUE entry; gets and gats carry the CAS token.
+func (*Codec) AppendHit(dst []byte, e mcproto.Echo, key []byte, flags uint32, value []byte, cas uint64) []byte {
+	if e.Noreply {
+		return dst
+	}
+	return AppendValue(dst, key, flags, value, cas, e.Op == mcproto.OpGets || e.Op == mcproto.OpGats)
+}
+
+// AppendMiss appends nothing: the text protocol leaves misses out.
+func (*Codec) AppendMiss(dst []byte, _ mcproto.Echo, _ []byte) []byte { return dst }
+
+// AppendEnd appends END.
+func (*Codec) AppendEnd(dst []byte, e mcproto.Echo) []byte {
+	if e.Noreply {
+		return dst
+	}
+	return AppendEnd(dst)
+}
+
+// AppendStatus appends the outcome's line (STORED, NOT_FOUND, …).
+func (*Codec) AppendStatus(dst []byte, e mcproto.Echo, s mcproto.Status) []byte {
+	if e.Noreply {
+		return dst
+	}
+	if int(s) < len(statusLines) && statusLines[s] != "" {
+		return append(dst, statusLines[s]...)
+	}
+	return AppendServerError(dst, "unexpected status "+strconv.Itoa(int(s)))
+}
+
+// AppendNumber appends incr's or decr's new value.
+func (*Codec) AppendNumber(dst []byte, e mcproto.Echo, v uint64) []byte {
+	if e.Noreply {
+		return dst
+	}
+	return AppendUint(dst, v)
+}
+
+// AppendVersion appends "VERSION <version>".
+func (*Codec) AppendVersion(dst []byte, e mcproto.Echo, version string) []byte {
+	if e.Noreply {
+		return dst
+	}
+	return AppendVersion(dst, version)
+}
+
+// AppendStat appends "STAT <name> <value>".
+func (*Codec) AppendStat(dst []byte, _ mcproto.Echo, name, value string) []byte {
+	return AppendStat(dst, name, value)
+}
+
+// AppendStatUint appends "STAT <name> <v>".
+func (*Codec) AppendStatUint(dst []byte, _ mcproto.Echo, name string, v uint64) []byte {
+	return AppendStatUint(dst, name, v)
+}
+
+// AppendError appends the error line of kind: memcached's fixed words for
+// the kinds that have them, msg after SERVER_ERROR or CLIENT_ERROR for the
+// others. noreply suppresses errors too, as in memcached.
+func (*Codec) AppendError(dst []byte, e mcproto.Echo, kind mcproto.ErrorKind, msg string) []byte {
+	if e.Noreply {
+		return dst
+	}
+	switch kind {
+	case mcproto.KindError:
+		return append(dst, ReplyError...)
+	case mcproto.KindClient:
+		return AppendClientError(dst, msg)
+	case mcproto.KindOutOfMemory:
+		return AppendLine(dst, MsgOutOfMemoryStore)
+	case mcproto.KindTooLarge:
+		return AppendLine(dst, MsgObjectTooLarge)
+	case mcproto.KindNonNumeric:
+		return AppendLine(dst, MsgNonNumericValue)
+	}
+	return AppendServerError(dst, msg)
+}
+
+// Open is NewCodec as an mcserver codec constructor.
+func Open(r io.Reader, lim mcproto.Limits) (mcproto.Decoder, mcproto.Encoder) {
+	c := NewCodec(r, lim)
+	return c, c
 }

@@ -1,7 +1,8 @@
-package mcproto
+package ascii
 
 import (
 	"bytes"
+	"github.com/kvd-project/kvd/internal/mcproto"
 	"strings"
 	"testing"
 
@@ -38,8 +39,8 @@ func TestNextDoesNotAllocate(t *testing.T) {
 	for name, req := range map[string]string{"set": setReq, "get": getReq, "multiget": multiReq,
 		"incr": "incr counter 1\r\n", "delete": "delete k noreply\r\n", "cas": "cas k 1 2 3 4\r\nabc\r\n",
 		"bigger set": "set k 0 0 9000\r\n" + strings.Repeat("x", 9000) + "\r\n"} {
-		pr := NewReader(&loopReader{data: pipeline(req, 7)}, Limits{})
-		var r Request
+		pr := NewReader(&loopReader{data: pipeline(req, 7)}, mcproto.Limits{})
+		var r mcproto.Request
 		for range 100 { // warm up the buffers
 			require.NoError(t, pr.Next(&r))
 		}
@@ -53,8 +54,8 @@ func TestNextDoesNotAllocate(t *testing.T) {
 }
 
 func benchmarkNext(b *testing.B, req string) {
-	pr := NewReader(&loopReader{data: pipeline(req, 64)}, Limits{})
-	var r Request
+	pr := NewReader(&loopReader{data: pipeline(req, 64)}, mcproto.Limits{})
+	var r mcproto.Request
 	b.SetBytes(int64(len(req)))
 	b.ReportAllocs()
 	for b.Loop() {

@@ -1,0 +1,4 @@
+package memcache
+
+// GatChunk is gatChunk, for the black-box tests.
+const GatChunk = gatChunk
