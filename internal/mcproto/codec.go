@@ -31,10 +31,13 @@ type Encoder interface {
 	AppendMiss(dst []byte, e Echo, key []byte) []byte
 	// AppendEnd ends a retrieval or a stats reply.
 	AppendEnd(dst []byte, e Echo) []byte
-	// AppendStatus appends a reply that is only an outcome.
-	AppendStatus(dst []byte, e Echo, s Status) []byte
-	// AppendNumber appends the new value of incr or decr.
-	AppendNumber(dst []byte, e Echo, v uint64) []byte
+	// AppendStatus appends a reply that is only an outcome; cas is the
+	// item's CAS token after the request, 0 when there is none (the
+	// binary protocol returns it for stores, deletes and touches).
+	AppendStatus(dst []byte, e Echo, s Status, cas uint64) []byte
+	// AppendNumber appends the new value of incr or decr, and the item's
+	// CAS token after it.
+	AppendNumber(dst []byte, e Echo, v, cas uint64) []byte
 	// AppendVersion appends the server's version.
 	AppendVersion(dst []byte, e Echo, version string) []byte
 	// AppendStat appends one statistic of a stats reply.
@@ -67,6 +70,11 @@ const (
 	StatusOK
 	// StatusReset answers "stats reset".
 	StatusReset
+	// StatusNoop answers OpNoop.
+	StatusNoop
+	// StatusQuit answers OpQuit before the connection closes (nothing in
+	// the text protocol, whose quit closes without a word).
+	StatusQuit
 )
 
 // Phase is what a Decoder is reading.

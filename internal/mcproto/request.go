@@ -29,6 +29,15 @@ const (
 	OpVerbosity
 	OpStats
 	OpQuit
+	// OpNoop does nothing and answers: the binary protocol's Noop and
+	// meta's mn, which end a batch of quiet requests.
+	OpNoop
+	// The binary protocol's SASL exchange: list the mechanisms,
+	// authenticate (Keys[0] the mechanism, Data the client's data), and a
+	// further step.
+	OpSASLList
+	OpSASLAuth
+	OpSASLStep
 	// NumOps sizes arrays indexed by Op.
 	NumOps
 )
@@ -53,6 +62,10 @@ var opWords = [...]string{
 	OpVerbosity: "verbosity",
 	OpStats:     "stats",
 	OpQuit:      "quit",
+	OpNoop:      "noop",
+	OpSASLList:  "sasl_list_mechs",
+	OpSASLAuth:  "sasl_auth",
+	OpSASLStep:  "sasl_step",
 }
 
 // String returns the text protocol's word for o ("get", "flush_all", …).
@@ -108,6 +121,11 @@ type Request struct {
 	CAS uint64
 	// Delta is the amount of incr or decr.
 	Delta uint64
+	// Initial is the value incr or decr stores when the key is missing and
+	// Create is set (the binary protocol's initial value, meta's N flag);
+	// Exptime is then the new item's.
+	Initial uint64
+	Create  bool
 	// Delay is flush_all's optional delay, raw (32-bit signed; memcached
 	// treats a value <= 0 as "now"). HasDelay says whether one was given.
 	Delay    int64
@@ -133,4 +151,13 @@ type Echo struct {
 	// Noreply: the client asked for no reply (the text protocol's
 	// "noreply"). What that suppresses is the codec's to decide.
 	Noreply bool
+	// Quiet: the client asked to hear only what matters (a binary quiet
+	// opcode, meta's q flag): misses and successes are dropped, errors
+	// are not. The codec decides which is which.
+	Quiet bool
+	// Opcode is the binary protocol's opcode of the request, which its
+	// response repeats (GetK and Get differ only there).
+	Opcode uint8
+	// Opaque is the binary protocol's opaque value, echoed.
+	Opaque uint32
 }

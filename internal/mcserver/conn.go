@@ -282,12 +282,17 @@ func (c *Conn) readLoop() {
 			}
 			continue
 		}
-		if req.Op == mcproto.OpQuit {
-			return
-		}
 		rp := c.ss.Handle(&req)
 		rp.op, rp.start = req.Op, start
+		if req.Op == mcproto.OpQuit {
+			// Answered as its protocol says (text: not at all), then the
+			// connection closes once the replies before it are written.
+			rp.op, rp.close = 0, true
+		}
 		c.Send(rp)
+		if rp.close {
+			return
+		}
 	}
 }
 

@@ -48,8 +48,11 @@ type fakeSession struct {
 
 func (s *fakeSession) Handle(req *mcproto.Request) *mcserver.Reply {
 	enc, e := s.c.Encoder(), req.Echo
+	if req.Op == mcproto.OpQuit {
+		return mcserver.Final(nil)
+	}
 	if req.Op != mcproto.OpGet {
-		return mcserver.Final(enc.AppendStatus(nil, e, mcproto.StatusOK))
+		return mcserver.Final(enc.AppendStatus(nil, e, mcproto.StatusOK, 0))
 	}
 	key := string(req.Keys[0])
 	if key == "slow" {

@@ -58,20 +58,20 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 				if isCAS {
 					st.CasHits.Add(1)
 				}
-				return enc.AppendStatus(dst, e, mcproto.StatusStored)
+				return enc.AppendStatus(dst, e, mcproto.StatusStored, r.CAS)
 			case kv.StatusNotStored:
-				return enc.AppendStatus(dst, e, mcproto.StatusNotStored)
+				return enc.AppendStatus(dst, e, mcproto.StatusNotStored, 0)
 			case kv.StatusExists:
 				st.CasBadval.Add(1)
-				return enc.AppendStatus(dst, e, mcproto.StatusExists)
+				return enc.AppendStatus(dst, e, mcproto.StatusExists, 0)
 			case kv.StatusNotFound:
 				st.CasMisses.Add(1)
-				return enc.AppendStatus(dst, e, mcproto.StatusNotFound)
+				return enc.AppendStatus(dst, e, mcproto.StatusNotFound, 0)
 			case kv.StatusTooLarge:
 				// An append or prepend whose result would exceed the item
 				// size limit: memcached 1.6 fails to allocate the combined
 				// item and answers NOT_STORED, keeping the old value.
-				return enc.AppendStatus(dst, e, mcproto.StatusNotStored)
+				return enc.AppendStatus(dst, e, mcproto.StatusNotStored, 0)
 			}
 			return ss.unexpected(dst, e, r)
 		})
@@ -88,10 +88,10 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 				if r.Grew {
 					st.TotalItems.Add(1)
 				}
-				return enc.AppendNumber(dst, e, r.Value)
+				return enc.AppendNumber(dst, e, r.Value, r.CAS)
 			case kv.StatusNotFound:
 				misses.Add(1)
-				return enc.AppendStatus(dst, e, mcproto.StatusNotFound)
+				return enc.AppendStatus(dst, e, mcproto.StatusNotFound, 0)
 			case kv.StatusNonNumeric:
 				return enc.AppendError(dst, e, mcproto.KindNonNumeric, "")
 			}
@@ -104,10 +104,10 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 			switch r.Status {
 			case kv.StatusTouched:
 				st.TouchHits.Add(1)
-				return enc.AppendStatus(dst, e, mcproto.StatusTouched)
+				return enc.AppendStatus(dst, e, mcproto.StatusTouched, 0)
 			case kv.StatusNotFound:
 				st.TouchMisses.Add(1)
-				return enc.AppendStatus(dst, e, mcproto.StatusNotFound)
+				return enc.AppendStatus(dst, e, mcproto.StatusNotFound, 0)
 			}
 			return ss.unexpected(dst, e, r)
 		})
@@ -117,10 +117,10 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 			switch r.Status {
 			case kv.StatusDeleted:
 				st.DeleteHits.Add(1)
-				return enc.AppendStatus(dst, e, mcproto.StatusDeleted)
+				return enc.AppendStatus(dst, e, mcproto.StatusDeleted, 0)
 			case kv.StatusNotFound:
 				st.DeleteMisses.Add(1)
-				return enc.AppendStatus(dst, e, mcproto.StatusNotFound)
+				return enc.AppendStatus(dst, e, mcproto.StatusNotFound, 0)
 			}
 			return ss.unexpected(dst, e, r)
 		})
@@ -128,14 +128,18 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 		st.CmdFlush.Add(1)
 		cmd := &command.Command{Op: command.OpFlush, Delay: max(req.Delay, 0)}
 		return ss.write(e, cmd, func(dst []byte, r kv.Result) []byte {
-			return enc.AppendStatus(dst, e, mcproto.StatusOK)
+			return enc.AppendStatus(dst, e, mcproto.StatusOK, 0)
 		})
 	case mcproto.OpVersion:
 		st.count(req.Op, ResultOK, 1)
 		return mcserver.Final(enc.AppendVersion(nil, e, version.Memcached))
 	case mcproto.OpVerbosity:
 		st.count(req.Op, ResultOK, 1)
-		return mcserver.Final(enc.AppendStatus(nil, e, mcproto.StatusOK))
+		return mcserver.Final(enc.AppendStatus(nil, e, mcproto.StatusOK, 0))
+	case mcproto.OpQuit:
+		return mcserver.Final(enc.AppendStatus(nil, e, mcproto.StatusQuit, 0))
+	case mcproto.OpNoop:
+		return mcserver.Final(enc.AppendStatus(nil, e, mcproto.StatusNoop, 0))
 	case mcproto.OpStats:
 		ss.c.WaitOwnWrites() // counters must include this connection's writes
 		buf, ok := ss.statsReply(e, req.Args)

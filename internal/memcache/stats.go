@@ -32,7 +32,7 @@ func (ss *session) statsReply(e mcproto.Echo, args []string) (buf []byte, ok boo
 	case "reset":
 		_, totals := ss.statsGeneral(e)
 		ss.s.statsBase.Store(&totals)
-		return enc.AppendStatus(buf, e, mcproto.StatusReset), true
+		return enc.AppendStatus(buf, e, mcproto.StatusReset, 0), true
 	case "items":
 		return enc.AppendEnd(buf, e), true
 	case "cachedump":
@@ -63,7 +63,7 @@ func (ss *session) statsReply(e mcproto.Echo, args []string) (buf []byte, ok boo
 				return enc.AppendEnd(buf, e), true
 			case "on", "off":
 				// kvd keeps no per-prefix detail; memcached says OK.
-				return enc.AppendStatus(buf, e, mcproto.StatusOK), true
+				return enc.AppendStatus(buf, e, mcproto.StatusOK, 0), true
 			}
 		}
 		return enc.AppendError(buf, e, mcproto.KindClient, "usage: stats detail on|off|dump"), true

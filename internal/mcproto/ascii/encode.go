@@ -160,6 +160,7 @@ var statusLines = [...]string{
 	mcproto.StatusTouched:   ReplyTouched,
 	mcproto.StatusOK:        ReplyOK,
 	mcproto.StatusReset:     ReplyReset,
+	mcproto.StatusNoop:      "MN\r\n", // meta's mn; the text protocol has no noop
 }
 
 // AppendHit appends a VALUE entry; gets and gats carry the CAS token.
@@ -181,9 +182,10 @@ func (*Codec) AppendEnd(dst []byte, e mcproto.Echo) []byte {
 	return AppendEnd(dst)
 }
 
-// AppendStatus appends the outcome's line (STORED, NOT_FOUND, …).
-func (*Codec) AppendStatus(dst []byte, e mcproto.Echo, s mcproto.Status) []byte {
-	if e.Noreply {
+// AppendStatus appends the outcome's line (STORED, NOT_FOUND, …); quit
+// closes without one.
+func (*Codec) AppendStatus(dst []byte, e mcproto.Echo, s mcproto.Status, _ uint64) []byte {
+	if e.Noreply || s == mcproto.StatusQuit {
 		return dst
 	}
 	if int(s) < len(statusLines) && statusLines[s] != "" {
@@ -193,7 +195,7 @@ func (*Codec) AppendStatus(dst []byte, e mcproto.Echo, s mcproto.Status) []byte 
 }
 
 // AppendNumber appends incr's or decr's new value.
-func (*Codec) AppendNumber(dst []byte, e mcproto.Echo, v uint64) []byte {
+func (*Codec) AppendNumber(dst []byte, e mcproto.Echo, v, _ uint64) []byte {
 	if e.Noreply {
 		return dst
 	}
