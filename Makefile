@@ -39,8 +39,8 @@ lint: ## gofmt, go vet, staticcheck
 	$(GO) vet -tags failpoints,e2e ./internal/failpoint/ ./deploy/compose/
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
-# Every fuzz target, as package:Target under internal/ (internal/lint checks
-# that the list and the tree agree).
+# Every fuzz target, as package:Target under internal/ (the lint test in
+# internal/testing/lint checks that the list and the tree agree).
 FUZZ_TARGETS = mcproto/ascii:FuzzReader command:FuzzDecode transport:FuzzDecode transport:FuzzReadSnapshotStream \
 	httpapi:FuzzParseKey httpapi:FuzzParseETags raftlog:FuzzDecodeEntry failpoint:FuzzParse fsm:FuzzDecodeItem \
 	config:FuzzParseSize bench:FuzzParseSizeDist bench:FuzzParseRatio bench:FuzzParseConcurrency
@@ -83,5 +83,5 @@ FAULTS    ?=
 ROBUSTNESS_TIMEOUT ?= 30m
 .PHONY: robustness
 robustness: ## faulted cluster runs checked with porcupine (COUNT, DURATION, SEED, FAULTS)
-	$(GO) test ./internal/robustness -run TestRobustness -count=1 -v -timeout $(ROBUSTNESS_TIMEOUT) \
+	$(GO) test ./internal/testing/robustness -run TestRobustness -count=1 -v -timeout $(ROBUSTNESS_TIMEOUT) \
 		-args -runs=$(COUNT) -duration=$(DURATION) -seed=$(SEED) -faults=$(FAULTS)

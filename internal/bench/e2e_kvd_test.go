@@ -3,7 +3,7 @@ package bench
 import (
 	"testing"
 
-	"github.com/kvd-project/kvd/internal/testutil/kvdproc"
+	"github.com/kvd-project/kvd/internal/testing/kvdproc"
 )
 
 // TestE2EKvd runs every preset for about a second against a real kvd

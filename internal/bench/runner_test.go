@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvd-project/kvd/internal/testutil/syncbuf"
+	"github.com/kvd-project/kvd/internal/testing/syncbuf"
 )
 
 // testConfig is a short, count-bounded run of preset against servers.

@@ -1,7 +1,3 @@
-// Package durable owns making directory creation crash-safe on a Pebble
-// vfs.FS: a directory that a power loss can take back would take a store's
-// contents with it, so both stores (raftlog and fsm) create their
-// directories through here, once per start, before they write anything.
 package durable
 
 import (

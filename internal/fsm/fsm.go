@@ -25,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -1093,20 +1092,4 @@ func getUint64(db *pebble.DB, key []byte) (uint64, error) {
 		return 0, fmt.Errorf("want 8 bytes, have %d", len(v))
 	}
 	return binary.BigEndian.Uint64(v), nil
-}
-
-// quietLogger sends Pebble's chatter to slog at debug level and its errors at
-// error level.
-type quietLogger struct{ l *slog.Logger }
-
-func (q quietLogger) Infof(format string, args ...any) {
-	q.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
-}
-func (q quietLogger) Errorf(format string, args ...any) {
-	q.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
-}
-func (q quietLogger) Fatalf(format string, args ...any) {
-	// Pebble calls Fatalf only on corruption it cannot continue past.
-	q.l.Error(fmt.Sprintf(format, args...), "component", "pebble", "fatal", true)
-	os.Exit(70)
 }

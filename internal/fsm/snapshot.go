@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/kvd-project/kvd/internal/command"
+	"github.com/kvd-project/kvd/internal/durable"
 	"github.com/kvd-project/kvd/internal/failpoint"
 )
 
@@ -142,7 +143,7 @@ func pebbleOptions(cache *pebble.Cache, opts Options, logger *slog.Logger, healt
 	po := &pebble.Options{
 		Cache:         cache,
 		FS:            opts.FS,
-		Logger:        quietLogger{logger},
+		Logger:        durable.NewPebbleLogger(logger.With("component", "pebble")),
 		EventListener: &pebble.EventListener{},
 		MemTableSize:  memTableSize,
 		MaxOpenFiles:  opts.MaxOpenFiles,

@@ -7,6 +7,8 @@ import (
 	pebblev1 "github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	vfsv1 "github.com/cockroachdb/pebble/vfs"
+
+	"github.com/kvd-project/kvd/internal/durable"
 )
 
 // kvd's state store moved from Pebble v1 to Pebble v2 (for value
@@ -42,7 +44,7 @@ func upgradeV1Store(dir string, fs vfs.FS, logger *slog.Logger) error {
 	// that need old sstables rewritten run their compactions inside Open.
 	db, err := pebblev1.Open(dir, &pebblev1.Options{
 		FormatMajorVersion: v1UpgradeTarget,
-		Logger:             quietLogger{logger}, // has what v1's Logger asks for
+		Logger:             durable.NewPebbleLogger(logger.With("component", "pebble")), // has what v1's Logger asks for
 	})
 	if err != nil {
 		return fmt.Errorf("upgrade state store format: %w", err)

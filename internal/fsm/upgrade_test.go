@@ -10,6 +10,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	vfsv1 "github.com/cockroachdb/pebble/vfs"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvd-project/kvd/internal/durable"
 )
 
 // rewriteAsV1 copies every key of the (closed) store in src into a new store
@@ -17,7 +19,7 @@ import (
 // it moved to Pebble v2.
 func rewriteAsV1(t *testing.T, src, dst string) {
 	t.Helper()
-	from, err := pebble.Open(src, &pebble.Options{Logger: quietLogger{discardLogger()}})
+	from, err := pebble.Open(src, &pebble.Options{Logger: durable.NewPebbleLogger(discardLogger())})
 	require.NoError(t, err)
 	defer from.Close()
 	to, err := pebblev1.Open(dst, &pebblev1.Options{})

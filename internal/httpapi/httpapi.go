@@ -1,12 +1,16 @@
 // Package httpapi owns kvd's HTTP listener: health (/healthz), readiness
 // (/readyz), the key-value API (/v1/kv), cluster status (/v1/cluster),
 // Prometheus metrics (/metrics), the console's stats feed (/v1/stats), the
-// release and cluster versions (/v1/version) and the web console (/). Every error is a JSON body {"error": "...", "code": "..."}
-// with the status code that names its class: a client mistake is never a 500.
+// release and cluster versions (/v1/version) and the web console (/).
+// Every error is a JSON body {"error": "...", "code": "..."} with the status
+// code that names its class: a client mistake is never a 500.
 //
-// The handler talks to the kv service only (never to the replica or the state
-// machine) through the Service interface, which *kv.Service implements. It is
-// called by net/http, one goroutine per request.
+// The node's composition root builds the handler with New. It reads and
+// writes keys through the Service interface, which *kv.Service implements,
+// and reaches the cluster through Directory (members' names and addresses)
+// and Admin (membership and leadership changes), which the node implements;
+// never the replica or the state machine. net/http calls it, one goroutine
+// per request.
 //
 // One class of bad input never reaches this package: a request line net/http
 // itself cannot parse (for example bad percent-encoding in the path) is

@@ -3,7 +3,7 @@ package httpapi_test
 import (
 	"testing"
 
-	"github.com/kvd-project/kvd/internal/testutil/kvdproc"
+	"github.com/kvd-project/kvd/internal/testing/kvdproc"
 )
 
 // TestMain removes the kvd binaries the tests built once they are done.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kvd-project/kvd/internal/testutil/kvdproc"
+	"github.com/kvd-project/kvd/internal/testing/kvdproc"
 )
 
 type clusterView struct {

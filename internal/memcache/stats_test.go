@@ -267,8 +267,8 @@ func TestStatsReset(t *testing.T) {
 
 // TestStatsCountLikeMemcached: the counters move as memcached 1.6's do for
 // the requests where counting is not obvious (each row's deltas were read
-// off memcached; the differential test in internal/compat keeps checking
-// them on random streams).
+// off memcached; the differential test in internal/testing/compat keeps
+// checking them on random streams).
 func TestStatsCountLikeMemcached(t *testing.T) {
 	n := startNode(t)
 	c := dial(t, n.MemcacheAddr())

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvd-project/kvd/internal/config"
-	"github.com/kvd-project/kvd/internal/testutil/syncbuf"
+	"github.com/kvd-project/kvd/internal/testing/syncbuf"
 )
 
 // joinReady starts name as a member joining through via and waits until

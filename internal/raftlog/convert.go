@@ -10,6 +10,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kvd-project/kvd/internal/durable"
 )
 
 // Until format version 2 the log was kept in a Pebble instance of its own
@@ -119,7 +121,7 @@ func (l *Log) removeOthers() error {
 func readPebbleLog(fs vfs.FS, dir string, logger *slog.Logger) (*pebbleLog, error) {
 	po := &pebble.Options{
 		FS:                 fs,
-		Logger:             pebbleLogger{logger.With("component", "raftlog/pebble")},
+		Logger:             durable.NewPebbleLogger(logger.With("component", "raftlog/pebble")),
 		FormatMajorVersion: pebble.FormatVirtualSSTables,
 	}
 	db, err := pebble.Open(dir, po)
@@ -226,24 +228,4 @@ func (old *pebbleLog) scan(db *pebble.DB) error {
 		return fmt.Errorf("scan entries: %w", err)
 	}
 	return nil
-}
-
-// pebbleLogger routes Pebble's log output to slog.
-type pebbleLogger struct{ l *slog.Logger }
-
-func (p pebbleLogger) Infof(format string, args ...any) {
-	p.l.Info(fmt.Sprintf(format, args...))
-}
-
-func (p pebbleLogger) Errorf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...))
-}
-
-// Fatalf is called by Pebble on an internal invariant violation, after
-// which it must not continue: like Pebble's default logger we stop, with a
-// panic rather than os.Exit so that the stack is printed.
-func (p pebbleLogger) Fatalf(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	p.l.Error("pebble fatal error", "msg", msg)
-	panic("raftlog: pebble: " + msg)
 }

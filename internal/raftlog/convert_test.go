@@ -11,13 +11,15 @@ import (
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kvd-project/kvd/internal/durable"
 )
 
 // writePebbleLog10 writes, in dir, the log newLog10 makes, the way format
 // version 1 kept it in Pebble, and returns the open Pebble instance.
 func writePebbleLog10(t *testing.T, dir string) *pebble.DB {
 	t.Helper()
-	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatVirtualSSTables, Logger: pebbleLogger{slog.New(slog.DiscardHandler)}})
+	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatVirtualSSTables, Logger: durable.NewPebbleLogger(slog.New(slog.DiscardHandler))})
 	require.NoError(t, err)
 	set := func(k []byte, m proto.Message) {
 		v, err := proto.Marshal(m)
@@ -67,7 +69,7 @@ func TestOpenConvertsAPebbleLog(t *testing.T) {
 
 	// An empty Pebble log converts to an empty log.
 	dir = t.TempDir()
-	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatVirtualSSTables, Logger: pebbleLogger{slog.New(slog.DiscardHandler)}})
+	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatVirtualSSTables, Logger: durable.NewPebbleLogger(slog.New(slog.DiscardHandler))})
 	require.NoError(t, err)
 	require.NoError(t, db.Close())
 	l = reopenTest(t, dir, Options{})

@@ -17,7 +17,7 @@ import (
 
 // ErrCorrupt is wrapped by every error reporting on-disk data that violates
 // the log's invariants (a missing or undecodable entry, a gap, a bad key).
-var ErrCorrupt = errors.New("corrupt log data")
+var ErrCorrupt = errors.New("raftlog: corrupt log data")
 
 // ErrClosed is returned by every method called after Close.
 var ErrClosed = errors.New("raftlog: log is closed")

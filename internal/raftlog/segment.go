@@ -155,7 +155,7 @@ type record struct {
 
 // errEndOfRecords is what readRecord returns where no valid record starts:
 // the end of what was written, a torn write, or damage.
-var errEndOfRecords = errors.New("no valid record")
+var errEndOfRecords = errors.New("raftlog: no valid record")
 
 // segmentReader reads one segment's records in order.
 type segmentReader struct {

@@ -315,7 +315,7 @@ func (l *Log) prefill(tmp string) error {
 	return nil
 }
 
-var errClosedWhilePrefilling = errors.New("log closed while prefilling")
+var errClosedWhilePrefilling = errors.New("raftlog: log closed while prefilling")
 
 func (l *Log) isClosed() bool {
 	l.mu.Lock()

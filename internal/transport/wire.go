@@ -66,10 +66,10 @@ func statusText(s uint16) string {
 
 // errProtocol marks a peer that broke the wire format; its connection is
 // closed. Everything a reader rejects wraps it.
-var errProtocol = errors.New("peer protocol violation")
+var errProtocol = errors.New("transport: peer protocol violation")
 
 // errNotMember marks a handshake refused because the sender is not a member.
-var errNotMember = errors.New("not a member of the cluster")
+var errNotMember = errors.New("transport: not a member of the cluster")
 
 // hello is the dialer's half of the handshake.
 type hello struct {
@@ -200,7 +200,7 @@ func (e *frameEncoder) reset(target int) {
 }
 
 // errTooLarge is returned by add for a message over MaxFrameSize.
-var errTooLarge = errors.New("message larger than the maximum frame size")
+var errTooLarge = errors.New("transport: message larger than the maximum frame size")
 
 func (e *frameEncoder) add(m *pb.Message) error {
 	size := proto.Size(m)

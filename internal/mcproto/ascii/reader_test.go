@@ -117,7 +117,7 @@ var k251 = strings.Repeat("k", 251)
 
 // The expected results were checked against memcached 1.6.18: each input was
 // sent to the real server and its replies matched to these parses (see
-// internal/compat for the same cases as wire exchanges).
+// internal/testing/compat for the same cases as wire exchanges).
 var parseTests = []struct {
 	name string
 	in   string

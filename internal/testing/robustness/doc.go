@@ -1,0 +1,27 @@
+// Package robustness owns kvd's fault-injection harness: it starts real kvd
+// processes (a 3-node cluster, sometimes a single node) on loopback, drives
+// memcache traffic at them from several sequential clients, injects one
+// fault per run (SIGKILL, SIGSTOP, network partitions, delay, connection
+// resets), heals, and then checks three properties:
+//
+//   - every key's history is linearizable (porcupine, with the models in
+//     model.go: register, CAS, add/replace and counter operations share one
+//     per-key model), a write whose outcome is unknown may or may not have
+//     happened, a failed read is dropped;
+//   - no acknowledged write is lost: after healing, every key is read on
+//     every node through linearizable reads, and those reads are part of
+//     the checked history;
+//   - replicas converge: once every node reports the same applied index,
+//     local reads of every key give the same digest on every node.
+//
+// Peer traffic goes through a Network of TCP proxies owned by this package,
+// one in front of each node's peer listener; the nodes' --initial-cluster
+// addresses point at the proxies. A proxy learns the sending node from the
+// 32-byte hello that opens every peer connection, so it can cut, delay or
+// reset one ordered pair of nodes.
+//
+// Faults are entries of a registry (fault.go); adding one is adding an
+// entry. Only the robustness test (go test ./internal/testing/robustness, make
+// robustness) calls this package. On a failed run it writes the history,
+// porcupine's visualisation and the node logs to an artifacts directory.
+package robustness
