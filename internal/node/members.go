@@ -250,7 +250,7 @@ func (n *Node) newTransport(peers map[uint64]string) (*transport.TCP, error) {
 		// Snapshots are staged in the data dir, beside state/ they replace.
 		Snapshots: n.state, SnapshotDir: n.cfg.DataDir,
 		NotMember: n.notMember, OnNotMember: n.onNotMember,
-	}, n.inbound, n.logger.With("component", "transport"))
+	}, n.rep, n.logger.With("component", "transport"))
 }
 
 // publishSelf writes this node's advertised addresses into the member table

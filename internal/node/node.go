@@ -53,7 +53,6 @@ type Node struct {
 	// transport's peers kept equal to raft's configuration.
 	ms        *membership
 	adv       advertised
-	inbound   *replica.LateHandler
 	sender    *lazySender
 	peerMu    sync.Mutex
 	peerAddrs map[uint64]string
@@ -187,8 +186,11 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 			peers[m.ID] = m.PeerAddr
 		}
 	}
+	n.rep, err = replica.New(rcfg, n.log, fsmAdapter{f: n.state, dataDir: cfg.DataDir}, logger.With("component", "replica"))
+	if err != nil {
+		return nil, fmt.Errorf("open replica: %w", err)
+	}
 	// A group of one binds no peer port until a member is added.
-	n.inbound = &replica.LateHandler{}
 	n.sender = &lazySender{}
 	n.peerAddrs = maps.Clone(peers)
 	n.removed = make(chan struct{})
@@ -198,11 +200,9 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		}
 		n.sender.t.Store(n.peers)
 	}
-	n.rep, err = replica.Start(rcfg, n.log, fsmAdapter{f: n.state, dataDir: cfg.DataDir}, n.sender, logger.With("component", "replica"))
-	if err != nil {
-		return nil, fmt.Errorf("start replica: %w", err)
+	if err := n.rep.Start(n.sender); err != nil {
+		return nil, err
 	}
-	n.inbound.Bind(n.rep)
 	if n.peers != nil {
 		n.peers.Start()
 	}

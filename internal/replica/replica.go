@@ -51,8 +51,6 @@ var (
 	ErrTimeout        = errors.New("request timed out")
 	ErrUnknownOutcome = errors.New("outcome unknown: the write may have been applied")
 	errReadRetry      = errors.New("read index request lost; retry")
-	// errNotStarted: a message reached a LateHandler before its replica.
-	errNotStarted = errors.New("replica not started")
 )
 
 // LogStore is the durable raft log the replica persists to (raftlog.Log).
@@ -276,6 +274,7 @@ type Replica struct {
 	leader         uint64
 	leaderChanges  uint64
 	stopOnce       sync.Once
+	startOnce      sync.Once // the loop runs, or Stop saw it never would
 	// Proposals made on this node that were applied, and that failed (refused,
 	// dropped, timed out or of unknown outcome).
 	proposalsApplied, proposalsFailed atomic.Uint64
@@ -305,16 +304,19 @@ type Replica struct {
 	confProposed uint64
 }
 
-// Start opens the raft member over log and sm and runs its Ready loop until
-// Stop. A brand-new log is bootstrapped with cfg.Peers as voters.
-func Start(cfg Config, log LogStore, sm StateMachine, tr Transport, logger *slog.Logger) (*Replica, error) {
+// New opens the raft member over log and sm; Start runs it. A brand-new log
+// is bootstrapped with cfg.Peers as voters. The two steps are apart because
+// the transport and the replica each need the other: the replica is the
+// transport's handler, the transport the replica's sender. Messages Step
+// delivers before Start wait in the replica's queue.
+func New(cfg Config, log LogStore, sm StateMachine, logger *slog.Logger) (*Replica, error) {
 	cfg = cfg.WithDefaults()
 	if cfg.ID == 0 {
-		return nil, errors.New("start replica: node ID must not be 0")
+		return nil, errors.New("new replica: node ID must not be 0")
 	}
 	if log.IsEmpty() {
 		if len(cfg.Peers) == 0 {
-			return nil, errors.New("start replica: empty log and no initial peers to bootstrap")
+			return nil, errors.New("new replica: empty log and no initial peers to bootstrap")
 		}
 		cs := &pb.ConfState{}
 		for _, p := range cfg.Peers {
@@ -338,10 +340,10 @@ func Start(cfg Config, log LogStore, sm StateMachine, tr Transport, logger *slog
 	// that range are re-applied to raft, whose ConfState starts at that point.
 	compacted := snap.GetMetadata().GetIndex()
 	if sm.AppliedIndex() < compacted {
-		return nil, fmt.Errorf("start replica: state applied to %d but raft log compacted to %d: state store is behind its log", sm.AppliedIndex(), compacted)
+		return nil, fmt.Errorf("new replica: state applied to %d but raft log compacted to %d: state store is behind its log", sm.AppliedIndex(), compacted)
 	}
 	if _, ok := log.(snapshotLog); !ok {
-		return nil, errors.New("start replica: the raft log cannot apply snapshots")
+		return nil, errors.New("new replica: the raft log cannot apply snapshots")
 	}
 	sm = newTrackedSM(sm, compacted)
 	storage := &snapshotStorage{LogStore: log}
@@ -362,11 +364,10 @@ func Start(cfg Config, log LogStore, sm StateMachine, tr Transport, logger *slog
 	}
 	rn, err := raft.NewRawNode(rcfg)
 	if err != nil {
-		return nil, fmt.Errorf("start raft: %w", err)
+		return nil, fmt.Errorf("new raft node: %w", err)
 	}
 	r := &Replica{
-		cfg: cfg, logger: logger, log: log, sm: sm, tr: tr, rn: rn,
-		links:       linksOf(tr),
+		cfg: cfg, logger: logger, log: log, sm: sm, rn: rn,
 		propc:       make(chan proposal, 4096),
 		recvc:       make(chan *pb.Message, 4096),
 		reportc:     make(chan report, 1024),
@@ -387,14 +388,27 @@ func Start(cfg Config, log LogStore, sm StateMachine, tr Transport, logger *slog
 		return r.sm.AppliedIndex(), proto.Clone(r.confState).(*pb.ConfState)
 	}
 	r.publishStatus()
-	// A group of one need not wait an election timeout to lead itself.
-	if len(cs.Voters) == 1 && cs.Voters[0] == uint64(cfg.ID) {
-		if err := rn.Campaign(); err != nil {
-			return nil, fmt.Errorf("campaign: %w", err)
-		}
-	}
-	go r.run()
 	return r, nil
+}
+
+// Start runs the Ready loop, sending through tr, until Stop. It is called
+// once; a replica stopped before it never runs.
+func (r *Replica) Start(tr Transport) error {
+	err := errors.New("start replica: already started or stopped")
+	r.startOnce.Do(func() {
+		r.tr, r.links = tr, linksOf(tr)
+		// A group of one need not wait an election timeout to lead itself.
+		if cs := r.confState; len(cs.GetVoters()) == 1 && cs.GetVoters()[0] == uint64(r.cfg.ID) {
+			if err = r.rn.Campaign(); err != nil {
+				err = fmt.Errorf("start replica: campaign: %w", err)
+				r.finish()
+				return
+			}
+		}
+		err = nil
+		go r.run()
+	})
+	return err
 }
 
 // Propose submits data (an encoded command carrying reqID) and returns once
@@ -608,7 +622,17 @@ func (r *Replica) Err() error {
 // which the other members may still commit.
 func (r *Replica) Stop() {
 	r.stopOnce.Do(func() { close(r.stopc) })
+	// Never started: there is no loop to wait for, and none will run.
+	r.startOnce.Do(r.finish)
 	<-r.done
+}
+
+// finish fails every waiter and reports the loop gone: the last thing the
+// Ready loop does, and all a replica that never ran has to do.
+func (r *Replica) finish() {
+	r.waits.stop(ErrStopped, ErrUnknownOutcome)
+	r.reads.failAll(ErrStopped)
+	close(r.done)
 }
 
 func (r *Replica) fail(err error) {
@@ -621,11 +645,7 @@ func (r *Replica) fail(err error) {
 }
 
 func (r *Replica) run() {
-	defer close(r.done)
-	defer func() {
-		r.waits.stop(ErrStopped, ErrUnknownOutcome)
-		r.reads.failAll(ErrStopped)
-	}()
+	defer r.finish()
 	ticker := time.NewTicker(r.cfg.TickInterval)
 	defer ticker.Stop()
 	for {
@@ -1303,37 +1323,5 @@ func roleName(s raft.StateType) string {
 		return "pre-candidate"
 	default:
 		return "follower"
-	}
-}
-
-// LateHandler delivers a transport's traffic to a replica that does not
-// exist yet when the transport is made (Start needs the transport). Until
-// Bind, incoming messages are refused and reports dropped; raft retries.
-type LateHandler struct {
-	r atomic.Pointer[Replica]
-}
-
-// Bind makes r the replica that receives from now on.
-func (h *LateHandler) Bind(r *Replica) { h.r.Store(r) }
-
-// Step implements transport.Handler.
-func (h *LateHandler) Step(ctx context.Context, m *pb.Message) error {
-	if r := h.r.Load(); r != nil {
-		return r.Step(ctx, m)
-	}
-	return errNotStarted
-}
-
-// ReportUnreachable implements transport.Handler.
-func (h *LateHandler) ReportUnreachable(id uint64) {
-	if r := h.r.Load(); r != nil {
-		r.ReportUnreachable(id)
-	}
-}
-
-// ReportSnapshot implements transport.Handler.
-func (h *LateHandler) ReportSnapshot(id uint64, failed bool) {
-	if r := h.r.Load(); r != nil {
-		r.ReportSnapshot(id, failed)
 	}
 }
