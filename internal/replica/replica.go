@@ -122,6 +122,13 @@ type Config struct {
 	Peers []NodeID
 	// TickInterval is one raft tick (heartbeat granularity).
 	TickInterval time.Duration
+	// Ticks, when not nil, is raft's clock in place of a ticker at
+	// TickInterval: every value received is one tick. A test drives
+	// elections and heartbeats by hand with it, so that which member
+	// campaigns, and when, depends on the test alone. TickInterval still
+	// sizes what is timed by the wall clock (ReadRetry, the read lease,
+	// the promotion check).
+	Ticks <-chan time.Time
 	// ElectionTicks and HeartbeatTicks are in ticks.
 	ElectionTicks, HeartbeatTicks int
 	// LeaseReads lets the leader serve ReadBarrier from a read lease earned
@@ -646,11 +653,15 @@ func (r *Replica) fail(err error) {
 
 func (r *Replica) run() {
 	defer r.finish()
-	ticker := time.NewTicker(r.cfg.TickInterval)
-	defer ticker.Stop()
+	ticks := r.cfg.Ticks
+	if ticks == nil {
+		ticker := time.NewTicker(r.cfg.TickInterval)
+		defer ticker.Stop()
+		ticks = ticker.C
+	}
 	for {
 		select {
-		case <-ticker.C:
+		case <-ticks:
 			r.rn.Tick()
 			r.onTick()
 		case f := <-r.adminc:
