@@ -1,5 +1,6 @@
-// Package node is kvd's composition root: it opens the two Pebble stores,
-// starts the raft member over them, and puts the kv service behind the
+// Package node is kvd's composition root: it opens the raft log (raftlog's
+// segment files under raft/) and the state store (Pebble under state/),
+// builds the raft member over them, and puts the kv service behind the
 // memcache and HTTP listeners. Reading Start top to bottom is reading the data
 // path: raftlog → fsm → replica → kv → listeners.
 package node
@@ -114,7 +115,7 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	// raftlog.Open creates the data dir and fsyncs every directory entry it
 	// adds, so that a power loss cannot take the fresh directory back.
 
-	// The durable log and the state it produces, each its own Pebble.
+	// The durable log (segment files) and the state it produces (Pebble).
 	logSync := metrics.NewSyncObserver() // fsync latency, observed from the first write on
 	n.log, err = raftlog.Open(filepath.Join(cfg.DataDir, "raft"), logger, raftlog.Options{ObserveSync: logSync.Observe})
 	if err != nil {

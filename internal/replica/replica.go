@@ -1,6 +1,7 @@
 // Package replica owns kvd's consensus: it is the only package that imports
 // the raft algorithm (go.etcd.io/raft/v3). One goroutine, the Ready loop, owns
-// the raft.RawNode and handles every Ready in this order (handleReady):
+// the raft.RawNode and handles every Ready in this order (handleReady, whose
+// comments carry the same numbers):
 //
 //  1. send every message except those that vouch for this Ready's writes
 //     (acknowledgements of appended entries, votes): a leader's appends
@@ -17,6 +18,11 @@
 //
 // Any error on the persistence path stops the node (Err reports it): a node
 // that cannot write its log must not keep acknowledging anything.
+//
+// New builds a replica and Start runs its loop: the transport is built in
+// between, with the replica as its handler. The loop's clock is a ticker at
+// Config.TickInterval, or Config.Ticks for a test that ticks by hand
+// (interaction_test.go).
 //
 // Callers (the kv service) use Propose and ReadBarrier from any goroutine.
 package replica
@@ -953,8 +959,8 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 		}
 	}
 	r.reads.applied(r.sm.AppliedIndex())
-	// Only the messages that vouch for this Ready's state wait for its
-	// fsync: acknowledgements of appended entries and votes (raft's own rule
+	// 1. Send. Only the messages that vouch for this Ready's state wait
+	// for its fsync: acknowledgements of appended entries and votes (raft's own rule
 	// when it runs with asynchronous storage writes, and the thesis' 3.8).
 	// Everything else goes now. A leader's appends reach the followers while
 	// it fsyncs its own copy (thesis 10.2.1, as etcd does), so the two fsyncs
@@ -982,7 +988,8 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 	if len(now) > 0 && len(rd.Entries) > 0 && len(rd.Entries) <= 2 && len(r.propc) == 0 {
 		runtime.Gosched()
 	}
-	// Committed entries this node already holds on disk are applied, and
+	// 2. Apply early. Committed entries this node already holds on disk
+	// are applied, and
 	// their writers answered, before this Ready's fsync rather than after
 	// it: a leader's Ready typically carries the entries its followers have
 	// just acknowledged together with the next batch, and a follower's the
@@ -995,10 +1002,10 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 		}
 		r.reads.applied(r.sm.AppliedIndex())
 	}
-	// 1. Persist.
+	// 3. Persist.
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		// Before the entries that follow it, and before the acknowledgement
-		// sent in step 2, from which alone the leader learns we hold it.
+		// sent in step 4, from which alone the leader learns we hold it.
 		if err := r.installSnapshot(rd.Snapshot); err != nil {
 			return err
 		}
@@ -1015,12 +1022,12 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 			r.syncedEntries += uint64(len(rd.Entries))
 		}
 	}
-	// 2. Send the acknowledgements and votes, now that what they vouch for
+	// 4. Send the acknowledgements and votes, now that what they vouch for
 	// is durable.
 	if err := r.send(later); err != nil {
 		return err
 	}
-	// 3. Apply what could not be applied before the fsync.
+	// 5. Apply what could not be applied before the fsync; compact below.
 	if len(late) > 0 {
 		if err := r.apply(late); err != nil {
 			return err
@@ -1050,7 +1057,7 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 			return err
 		}
 	}
-	// 4. Advance.
+	// 6. Advance.
 	r.rn.Advance(rd)
 	return nil
 }
