@@ -216,7 +216,7 @@ type Status struct {
 	// RemovedAt is the index of the last removal of this member it applied
 	// since it started (0: none), kept when a later entry adds it back: a
 	// data dir that replays its own removal belongs to the member removed,
-	// whatever followed (node.leftCluster).
+	// whatever followed (membership's leftCluster).
 	RemovedAt uint64
 	// ProposalsApplied and ProposalsFailed count this node's proposals by
 	// outcome since it started.
