@@ -1,8 +1,12 @@
 // Package node is kvd's composition root: it opens the raft log (raftlog's
 // segment files under raft/) and the state store (Pebble under state/),
-// builds the raft member over them, and puts the kv service behind the
+// builds the raft member over them with the membership control plane
+// (internal/membership) beside it, and puts the kv service behind the
 // memcache and HTTP listeners. Reading Start top to bottom is reading the data
-// path: raftlog → fsm → replica → kv → listeners.
+// path: raftlog → fsm → replica → kv → listeners. Besides the wiring it keeps
+// only what is about this process: the open-file budget, free-space probing,
+// the HTTP write deadline and profiler, and the leadership handoff at
+// shutdown.
 package node
 
 import (
