@@ -76,10 +76,10 @@ func TestAddMemberAnswersForAnExistingMemberOnlyOnTheLeader(t *testing.T) {
 		}
 	}
 	m := httpapi.MemberInfo{Name: other.cfg.Name, PeerAddr: other.cfg.PeerAddr}
-	_, err := follower.AddMember(t.Context(), m)
+	_, err := follower.members.AddMember(t.Context(), m)
 	require.ErrorIs(t, err, kv.ErrNotLeader)
 
-	info, err := leader.AddMember(t.Context(), m)
+	info, err := leader.members.AddMember(t.Context(), m)
 	require.NoError(t, err)
 	require.NotZero(t, info.AddedAt)
 }

@@ -71,8 +71,10 @@ func startStack(t *testing.T, fs vfs.FS, dataDir string, logger *slog.Logger, rc
 	require.NoError(t, err)
 	sm, err := fsm.Open(filepath.Join(dataDir, "state"), logger, fsm.Options{FS: fs, CacheBytes: 1 << 20, FlushAfterBytes: stackFlushAfter})
 	require.NoError(t, err)
-	rep, err := replica.Start(rcfg, l, fsmAdapter{f: sm, dataDir: dataDir}, &lazySender{}, logger)
+	rep, err := replica.New(rcfg, l, fsmAdapter{f: sm, dataDir: dataDir}, logger)
 	require.NoError(t, err)
+	// A group of one: nobody to send to.
+	require.NoError(t, rep.Start(nil))
 	return &stack{log: l, sm: sm, rep: rep, kv: kv.New(kv.Config{RequestTimeout: 5 * time.Second, MaxItemSize: 1 << 20}, rep, sm, logger, time.Now)}
 }
 

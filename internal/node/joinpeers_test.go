@@ -40,7 +40,7 @@ func TestJoinerReachesALeaderThatJoinedLater(t *testing.T) {
 	require.Eventually(t, func() bool { return slices.Contains(n1.rep.Status().Voters, IDOf("n2")) },
 		30*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool {
-		_, err := n1.TransferLeader(t.Context(), "n2")
+		_, err := n1.members.TransferLeader(t.Context(), "n2")
 		return err == nil && n2.rep.Status().Role == "leader"
 	}, 30*time.Second, 50*time.Millisecond)
 

@@ -1,24 +1,24 @@
-// Package node is kvd's composition root: it opens the two Pebble stores,
-// starts the raft member over them, and puts the kv service behind the
+// Package node is kvd's composition root: it opens the raft log (raftlog's
+// segment files under raft/) and the state store (Pebble under state/),
+// builds the raft member over them with the membership control plane
+// (internal/membership) beside it, and puts the kv service behind the
 // memcache and HTTP listeners. Reading Start top to bottom is reading the data
-// path: raftlog → fsm → replica → kv → listeners.
+// path: raftlog → fsm → replica → kv → listeners. Besides the wiring it keeps
+// only what is about this process: the open-file budget, free-space probing,
+// the HTTP write deadline and profiler, and the leadership handoff at
+// shutdown.
 package node
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/kvd-project/kvd/internal/config"
@@ -28,6 +28,7 @@ import (
 	"github.com/kvd-project/kvd/internal/mcproto/ascii"
 	"github.com/kvd-project/kvd/internal/mcproto/binary"
 	"github.com/kvd-project/kvd/internal/mcserver"
+	"github.com/kvd-project/kvd/internal/membership"
 	"github.com/kvd-project/kvd/internal/memcache"
 	"github.com/kvd-project/kvd/internal/metrics"
 	"github.com/kvd-project/kvd/internal/raftlog"
@@ -43,50 +44,23 @@ type Node struct {
 	log   *raftlog.Log
 	state *fsm.FSM
 	rep   *replica.Replica
-	peers *transport.TCP // nil for a group of one
 	kv    *kv.Service
 	// memcache gives requests their meaning; mc is its listener.
 	memcache *memcache.Service
 	mc       *mcserver.Server
 	http     *http.Server
+	// members is the membership control plane; it owns the peer transport.
+	members *membership.Controller
 
 	mcLn, httpLn net.Listener
 	stopSweep    context.CancelFunc
 	serveErr     chan error
-
-	// Membership: how the cluster began, what this node publishes, and the
-	// transport's peers kept equal to raft's configuration.
-	ms        *membership
-	adv       advertised
-	inbound   *replica.LateHandler
-	sender    *lazySender
-	peerMu    sync.Mutex
-	peerAddrs map[uint64]string
-	// learned is the leader raft follows, when neither its configuration
-	// nor the member table gave its address and another member's did
-	// (leaderaddr.go); 0: none. Under peerMu.
-	learned   uint64
-	stopWatch context.CancelFunc
-	// versionHeld is why the leader last kept the cluster version where
-	// it was (logged when it changes); owned by watchClusterVersion.
-	versionHeld string
-	watchDone   chan struct{}
-	removed     chan struct{}
-	removedOnce sync.Once
-	// notMemberLogged: a leader's not-member refusal was logged at info.
-	notMemberLogged atomic.Bool
+	stopWatch    context.CancelFunc
+	watchDone    chan struct{}
 }
 
-// IDOf derives a member's raft ID from its name: stable across restarts and
-// identical on every member that reads the same --initial-cluster.
-func IDOf(name string) replica.NodeID {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(name))
-	if id := h.Sum64(); id != 0 {
-		return replica.NodeID(id)
-	}
-	return 1
-}
+// IDOf derives a member's raft ID from its name (membership.IDOf).
+func IDOf(name string) replica.NodeID { return membership.IDOf(name) }
 
 // Start brings the node up and returns once its listeners are bound.
 func Start(cfg config.Config, logger *slog.Logger) (*Node, error) {
@@ -120,7 +94,7 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	// raftlog.Open creates the data dir and fsyncs every directory entry it
 	// adds, so that a power loss cannot take the fresh directory back.
 
-	// The durable log and the state it produces, each its own Pebble.
+	// The durable log (segment files) and the state it produces (Pebble).
 	logSync := metrics.NewSyncObserver() // fsync latency, observed from the first write on
 	n.log, err = raftlog.Open(filepath.Join(cfg.DataDir, "raft"), logger, raftlog.Options{ObserveSync: logSync.Observe})
 	if err != nil {
@@ -154,63 +128,36 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		CompactKeep:    cfg.SnapshotCatchupEntries,
 		MaxPending:     cfg.MaxPending,
 	}
-	if cfg.Join != "" && n.log.IsEmpty() && !exists(filepath.Join(cfg.DataDir, membershipFile)) {
-		n.adv.peer = advertise(cfg.AdvertisePeerAddr, cfg.PeerAddr)
-		n.adv.http = advertise(cfg.AdvertiseHTTPAddr, cfg.HTTPAddr)
-		n.adv.memcache = advertise(cfg.AdvertiseMemcacheAddr, cfg.MemcacheAddr)
-		logger.Info("joining cluster", "via", cfg.Join, "peer_addr", n.adv.peer)
-		if _, err := joinCluster(ctx, cfg, n.adv, filepath.Join(cfg.DataDir, membershipFile)); err != nil {
-			return nil, err
-		}
-	}
-	ms, err := loadMembership(cfg, n.log.IsEmpty())
+	// Who the members are: cluster.json, written at the first start (from
+	// --initial-cluster, or from the answer to --join).
+	ms, err := membership.Open(ctx, cfg, n.log.IsEmpty(), logger)
 	if err != nil {
-		return nil, fmt.Errorf("cluster membership: %w", err)
+		return nil, err
 	}
-	n.ms = ms
-	if cfg.InitialCluster != "" && len(ms.Bootstrap) == 0 {
-		// Only the first start reads --initial-cluster; a changed one is
-		// ignored, which the operator who changed it should hear.
-		if given, err := fromFlags(cfg); err == nil && given.ClusterID != ms.ClusterID {
-			logger.Warn("initial-cluster differs from the one this data dir was founded with, and is ignored: membership changes go through kvd cluster add/remove",
-				"initial_cluster", cfg.InitialCluster, "file", filepath.Join(cfg.DataDir, membershipFile))
-		}
-	}
-	if cfg.Join != "" && len(ms.Bootstrap) == 0 {
-		// A data dir that founded its own cluster stays in it: --join is
-		// read only by an empty one (a joined member restarted with it is
-		// the usual case, and quiet).
-		logger.Warn("join is ignored: this data dir already holds a cluster it founded; to join another, start with an empty data dir",
-			"join", cfg.Join, "file", filepath.Join(cfg.DataDir, membershipFile))
-	}
-	for _, v := range ms.bootstrapVoters() {
+	for _, v := range ms.BootstrapVoters() {
 		rcfg.Peers = append(rcfg.Peers, replica.NodeID(v))
 	}
-	peers := map[uint64]string{}
-	for _, m := range ms.Members {
-		if m.ID != uint64(rcfg.ID) {
-			peers[m.ID] = m.PeerAddr
-		}
-	}
-	// A group of one binds no peer port until a member is added.
-	n.inbound = &replica.LateHandler{}
-	n.sender = &lazySender{}
-	n.peerAddrs = maps.Clone(peers)
-	n.removed = make(chan struct{})
-	if len(peers) > 0 {
-		if n.peers, err = n.newTransport(peers); err != nil {
-			return nil, fmt.Errorf("peer transport: %w", err)
-		}
-		n.sender.t.Store(n.peers)
-	}
-	n.rep, err = replica.Start(rcfg, n.log, fsmAdapter{f: n.state, dataDir: cfg.DataDir}, n.sender, logger.With("component", "replica"))
+	n.rep, err = replica.New(rcfg, n.log, fsmAdapter{f: n.state, dataDir: cfg.DataDir}, logger.With("component", "replica"))
 	if err != nil {
-		return nil, fmt.Errorf("start replica: %w", err)
+		return nil, fmt.Errorf("open replica: %w", err)
 	}
-	n.inbound.Bind(n.rep)
-	if n.peers != nil {
-		n.peers.Start()
+	// The control plane makes the peer transport, delivering to the
+	// replica, and is the replica's sender.
+	n.members, err = membership.New(membership.Config{
+		Name:           cfg.Name,
+		RequestTimeout: cfg.RequestTimeout,
+		Transport: transport.Config{LocalID: uint64(rcfg.ID), ListenAddr: cfg.PeerAddr,
+			// Snapshots are staged in the data dir, beside state/ they replace.
+			Snapshots: n.state, SnapshotDir: cfg.DataDir},
+		Handler: n.rep,
+	}, ms, n.rep, n.state, logger)
+	if err != nil {
+		return nil, err
 	}
+	if err := n.rep.Start(n.members); err != nil {
+		return nil, err
+	}
+	n.members.StartPeers()
 
 	// The protocol-agnostic service, and the listeners in front of it.
 	level, _ := kv.ParseConsistency(cfg.ReadConsistency)
@@ -235,7 +182,7 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 
 	n.memcache = memcache.New(memcache.Config{
 		Name:           cfg.Name,
-		MemberName:     func(id kv.NodeID) string { m, _ := n.Member(id); return m.Name },
+		MemberName:     func(id kv.NodeID) string { m, _ := n.members.Member(id); return m.Name },
 		MaxItemSize:    int(cfg.MaxItemSize),
 		MaxConnections: cfg.MaxConnections,
 	}, n.kv, logger.With("component", "memcache"))
@@ -251,42 +198,18 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		_ = n.mcLn.Close()
 		return nil, fmt.Errorf("listen http on %s: %w", cfg.HTTPAddr, err)
 	}
-	n.adv = advertised{
-		peer:     advertise(cfg.AdvertisePeerAddr, cfg.PeerAddr),
-		http:     advertise(cfg.AdvertiseHTTPAddr, n.httpLn.Addr().String()),
-		memcache: advertise(cfg.AdvertiseMemcacheAddr, n.mcLn.Addr().String()),
-	}
-	if len(ms.Members) > 0 && cfg.AdvertisePeerAddr == "" {
-		// A founding member is reached where --initial-cluster says. A lone
-		// node's entry is its --peer-addr, which may be a wildcard (the
-		// container image's 0.0.0.0): a joining node dialled that and
-		// reached itself, so the wildcard gives way to the host name.
-		// Once --peer-addr has changed since the first start, the entry
-		// names a port nobody listens on any more: the node published it
-		// and its peers could no longer reach it.
-		for _, m := range ms.Members {
-			if m.ID != uint64(rcfg.ID) {
-				continue
-			}
-			if ms.ListenPeerAddr == "" || ms.ListenPeerAddr == cfg.PeerAddr {
-				n.adv.peer = advertise("", m.PeerAddr)
-			} else {
-				logger.Warn("peer-addr changed since the first start: advertising it instead of this member's --initial-cluster entry (set --advertise-peer-addr to choose)",
-					"first_peer_addr", ms.ListenPeerAddr, "peer_addr", cfg.PeerAddr, "advertised", n.adv.peer)
-			}
-		}
-	}
+	adv := ms.Advertise(cfg, n.httpLn.Addr().String(), n.mcLn.Addr().String(), logger)
 	// One metrics registry per node; its collectors read these counters at scrape time.
 	reg := metrics.New(metrics.Sources{Raft: n.rep, Store: n.state, Log: n.log, Memcache: n.memcache.Stats(), LogSync: logSync,
 		Cluster: &metrics.ClusterSource{
 			Snapshots: n.rep.SnapshotStats,
-			Peers:     n.peerStats,
-			PeerName:  func(id uint64) string { m, _ := n.Member(kv.NodeID(id)); return m.Name },
+			Peers:     n.members.PeerStats,
+			PeerName:  func(id uint64) string { m, _ := n.members.Member(kv.NodeID(id)); return m.Name },
 		}})
 	var handler http.Handler = httpapi.New(n.kv, logger.With("component", "http"), httpapi.Options{
-		Self:      httpapi.MemberInfo{Name: cfg.Name, PeerAddr: n.adv.peer, HTTPAddr: n.adv.http, MemcacheAddr: n.adv.memcache},
-		Directory: n,
-		Admin:     n,
+		Self:      httpapi.MemberInfo{Name: cfg.Name, PeerAddr: adv.Peer, HTTPAddr: adv.HTTP, MemcacheAddr: adv.Memcache},
+		Directory: n.members,
+		Admin:     n.members,
 		Metrics:   reg,
 	})
 	// The profiler stays outside the deadline: a trace streams for as long
@@ -307,13 +230,7 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	n.watchDone = make(chan struct{})
 	go func() {
 		defer close(n.watchDone)
-		versionDone := make(chan struct{})
-		go func() {
-			defer close(versionDone)
-			n.watchClusterVersion(watchCtx)
-		}()
-		n.watchMembers(watchCtx)
-		<-versionDone
+		n.members.Run(watchCtx, adv, n.kv)
 	}()
 	go func() { n.serveErr <- n.mc.Serve(n.mcLn) }()
 	go func() {
@@ -346,7 +263,7 @@ func (n *Node) Run(ctx context.Context) error {
 		cause = fmt.Errorf("replica stopped: %w", n.rep.Err())
 	case err := <-n.serveErr:
 		cause = err
-	case <-n.removed:
+	case <-n.members.Removed():
 		cause = fmt.Errorf("%w: shutting down (wipe its data dir to join again)", replica.ErrRemoved)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), n.cfg.ShutdownTimeout)
@@ -417,22 +334,14 @@ func (n *Node) handOffLeadership(ctx context.Context) {
 	n.logger.Info("transferred leadership before shutdown", "to", fmt.Sprintf("%x", to), "took", time.Since(start))
 }
 
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
-}
-
 func (n *Node) closeStores() error {
 	var errs []error
 	if n.rep != nil {
 		n.rep.Stop()
 	}
-	n.peerMu.Lock()
-	if n.peers != nil {
-		errs = append(errs, n.peers.Close())
-		n.peers = nil
+	if n.members != nil {
+		errs = append(errs, n.members.Close())
 	}
-	n.peerMu.Unlock()
 	if n.state != nil {
 		errs = append(errs, n.state.Close())
 		n.state = nil

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvd-project/kvd/internal/config"
+	"github.com/kvd-project/kvd/internal/membership"
 )
 
 // freeAddr returns a loopback address nobody listens on (at the time).
@@ -59,7 +60,7 @@ func TestRestartUnderAnotherNameIsRefused(t *testing.T) {
 			dir := t.TempDir()
 			n := startReady(t, loneConfig("n1", dir, "127.0.0.1:0"))
 			require.NoError(t, n.Shutdown(t.Context()))
-			path := filepath.Join(dir, membershipFile)
+			path := filepath.Join(dir, membership.FileName)
 			if tc.legacy {
 				b, err := os.ReadFile(path)
 				require.NoError(t, err)
@@ -125,11 +126,11 @@ func TestJoinRetriedAfterACrashBeforeClusterJSON(t *testing.T) {
 	dir := t.TempDir()
 	cfg := loneConfig("n2", dir, freeAddr(t))
 	cfg.Join = "http://" + n1.HTTPAddr()
-	adv := advertised{peer: cfg.PeerAddr, http: "127.0.0.1:1", memcache: "127.0.0.1:1"}
+	adv := membership.Advertised{Peer: cfg.PeerAddr, HTTP: "127.0.0.1:1", Memcache: "127.0.0.1:1"}
 	require.NoError(t, os.MkdirAll(dir, 0o750))
-	_, err := joinCluster(t.Context(), cfg, adv, filepath.Join(dir, membershipFile))
+	_, err := membership.Join(t.Context(), cfg, adv, filepath.Join(dir, membership.FileName))
 	require.NoError(t, err)
-	require.NoError(t, os.Remove(filepath.Join(dir, membershipFile)), "the crash: the answer was never saved")
+	require.NoError(t, os.Remove(filepath.Join(dir, membership.FileName)), "the crash: the answer was never saved")
 
 	n2, err := Start(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	require.NoError(t, err)

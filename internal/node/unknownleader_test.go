@@ -22,7 +22,7 @@ func TestRestartedMemberReachesALeaderThatJoinedMeanwhile(t *testing.T) {
 	cfg1 := n1.cfg
 	if n1.rep.Status().Role == "leader" {
 		require.Eventually(t, func() bool {
-			_, err := n1.TransferLeader(t.Context(), "n2")
+			_, err := n1.members.TransferLeader(t.Context(), "n2")
 			return err == nil && n1.rep.Status().Role != "leader"
 		}, 30*time.Second, 50*time.Millisecond)
 	}
@@ -30,9 +30,8 @@ func TestRestartedMemberReachesALeaderThatJoinedMeanwhile(t *testing.T) {
 	// from their publications (a member that ran for a few seconds knows
 	// them all).
 	require.Eventually(t, func() bool {
-		rows := n1.rows()
 		for _, n := range nodes[1:] {
-			if rows[uint64(IDOf(n.cfg.Name))].HTTPAddr == "" {
+			if m, _ := n1.Member(IDOf(n.cfg.Name)); m.HTTPAddr == "" {
 				return false
 			}
 		}
@@ -54,7 +53,7 @@ func TestRestartedMemberReachesALeaderThatJoinedMeanwhile(t *testing.T) {
 	require.Eventually(t, func() bool { return slices.Contains(via.rep.Status().Voters, IDOf("n4")) },
 		30*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool {
-		_, err := via.TransferLeader(t.Context(), "n4")
+		_, err := via.members.TransferLeader(t.Context(), "n4")
 		return err == nil && n4.rep.Status().Role == "leader"
 	}, 30*time.Second, 50*time.Millisecond)
 

@@ -112,14 +112,13 @@ func TestRefusedBatchFailsEveryProposal(t *testing.T) {
 	l, err := raftlog.Open("raft", nil, raftlog.Options{FS: vfs.NewMem()})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, l.Close()) }()
-	h := &LateHandler{}
-	tr := net.Transport(1, h)
-	defer func() { require.NoError(t, tr.Close()) }()
 	// One voter of three, alone: it never has a leader.
-	r, err := Start(Config{ID: 1, Peers: []NodeID{1, 2, 3}, TickInterval: 10 * time.Millisecond},
-		l, &echoSM{}, tr, slog.New(slog.DiscardHandler))
+	r, err := New(Config{ID: 1, Peers: []NodeID{1, 2, 3}, TickInterval: 10 * time.Millisecond},
+		l, &echoSM{}, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
-	h.Bind(r)
+	tr := net.Transport(1, r)
+	defer func() { require.NoError(t, tr.Close()) }()
+	require.NoError(t, r.Start(tr))
 	defer r.Stop()
 
 	release := holdLoop(t, r)

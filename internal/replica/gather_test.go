@@ -67,8 +67,9 @@ func startSoloWith(t *testing.T, sm StateMachine, delay time.Duration, tweaks ..
 	for _, tweak := range tweaks {
 		tweak(&cfg)
 	}
-	r, err := Start(cfg, slowDisk{Log: l, delay: delay}, sm, nil, slog.New(slog.DiscardHandler))
+	r, err := New(cfg, slowDisk{Log: l, delay: delay}, sm, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
+	require.NoError(t, r.Start(nil))
 	t.Cleanup(func() {
 		r.Stop()
 		<-r.Done()

@@ -43,21 +43,20 @@ func startTrioWith(t *testing.T, net *transport.MemNetwork, parts trioParts, wra
 		if parts != nil {
 			log, sm = parts(i, l)
 		}
-		h := &LateHandler{}
-		tr := net.Transport(uint64(id), h)
-		var rt Transport = tr
-		if wrap != nil {
-			rt = wrap(id, tr)
-		}
 		// Thirty ticks to an election: a loaded machine must not cost the
 		// leader its leadership mid-test.
 		cfg := Config{ID: id, Peers: peers, TickInterval: 10 * time.Millisecond, ElectionTicks: 30}
 		for _, tweak := range tweaks {
 			tweak(&cfg)
 		}
-		r, err := Start(cfg, log, sm, rt, slog.New(slog.DiscardHandler))
+		r, err := New(cfg, log, sm, slog.New(slog.DiscardHandler))
 		require.NoError(t, err)
-		h.Bind(r)
+		tr := net.Transport(uint64(id), r)
+		var rt Transport = tr
+		if wrap != nil {
+			rt = wrap(id, tr)
+		}
+		require.NoError(t, r.Start(rt))
 		reps[i] = r
 		t.Cleanup(func() {
 			r.Stop()

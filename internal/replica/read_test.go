@@ -239,8 +239,9 @@ func startSoloFollowerWith(t *testing.T, ctx context.Context, l *raftlog.Log, te
 	t.Helper()
 	sent := &sentLog{}
 	cfg := Config{ID: 2, Peers: []NodeID{1, 2, 3}, TickInterval: time.Hour, ElectionTicks: 10}
-	r, err := Start(cfg, l, sm, sent, slog.New(slog.DiscardHandler))
+	r, err := New(cfg, l, sm, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
+	require.NoError(t, r.Start(sent))
 	return &soloFollower{t: t, ctx: ctx, r: r, sent: sent, term: term}
 }
 

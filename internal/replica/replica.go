@@ -1,6 +1,7 @@
 // Package replica owns kvd's consensus: it is the only package that imports
 // the raft algorithm (go.etcd.io/raft/v3). One goroutine, the Ready loop, owns
-// the raft.RawNode and handles every Ready in this order (handleReady):
+// the raft.RawNode and handles every Ready in this order (handleReady, whose
+// comments carry the same numbers):
 //
 //  1. send every message except those that vouch for this Ready's writes
 //     (acknowledgements of appended entries, votes): a leader's appends
@@ -17,6 +18,11 @@
 //
 // Any error on the persistence path stops the node (Err reports it): a node
 // that cannot write its log must not keep acknowledging anything.
+//
+// New builds a replica and Start runs its loop: the transport is built in
+// between, with the replica as its handler. The loop's clock is a ticker at
+// Config.TickInterval, or Config.Ticks for a test that ticks by hand
+// (interaction_test.go).
 //
 // Callers (the kv service) use Propose and ReadBarrier from any goroutine.
 package replica
@@ -51,8 +57,6 @@ var (
 	ErrTimeout        = errors.New("request timed out")
 	ErrUnknownOutcome = errors.New("outcome unknown: the write may have been applied")
 	errReadRetry      = errors.New("read index request lost; retry")
-	// errNotStarted: a message reached a LateHandler before its replica.
-	errNotStarted = errors.New("replica not started")
 )
 
 // LogStore is the durable raft log the replica persists to (raftlog.Log).
@@ -124,6 +128,13 @@ type Config struct {
 	Peers []NodeID
 	// TickInterval is one raft tick (heartbeat granularity).
 	TickInterval time.Duration
+	// Ticks, when not nil, is raft's clock in place of a ticker at
+	// TickInterval: every value received is one tick. A test drives
+	// elections and heartbeats by hand with it, so that which member
+	// campaigns, and when, depends on the test alone. TickInterval still
+	// sizes what is timed by the wall clock (ReadRetry, the read lease,
+	// the promotion check).
+	Ticks <-chan time.Time
 	// ElectionTicks and HeartbeatTicks are in ticks.
 	ElectionTicks, HeartbeatTicks int
 	// LeaseReads lets the leader serve ReadBarrier from a read lease earned
@@ -205,7 +216,7 @@ type Status struct {
 	// RemovedAt is the index of the last removal of this member it applied
 	// since it started (0: none), kept when a later entry adds it back: a
 	// data dir that replays its own removal belongs to the member removed,
-	// whatever followed (node.leftCluster).
+	// whatever followed (membership's leftCluster).
 	RemovedAt uint64
 	// ProposalsApplied and ProposalsFailed count this node's proposals by
 	// outcome since it started.
@@ -276,6 +287,7 @@ type Replica struct {
 	leader         uint64
 	leaderChanges  uint64
 	stopOnce       sync.Once
+	startOnce      sync.Once // the loop runs, or Stop saw it never would
 	// Proposals made on this node that were applied, and that failed (refused,
 	// dropped, timed out or of unknown outcome).
 	proposalsApplied, proposalsFailed atomic.Uint64
@@ -305,16 +317,19 @@ type Replica struct {
 	confProposed uint64
 }
 
-// Start opens the raft member over log and sm and runs its Ready loop until
-// Stop. A brand-new log is bootstrapped with cfg.Peers as voters.
-func Start(cfg Config, log LogStore, sm StateMachine, tr Transport, logger *slog.Logger) (*Replica, error) {
+// New opens the raft member over log and sm; Start runs it. A brand-new log
+// is bootstrapped with cfg.Peers as voters. The two steps are apart because
+// the transport and the replica each need the other: the replica is the
+// transport's handler, the transport the replica's sender. Messages Step
+// delivers before Start wait in the replica's queue.
+func New(cfg Config, log LogStore, sm StateMachine, logger *slog.Logger) (*Replica, error) {
 	cfg = cfg.WithDefaults()
 	if cfg.ID == 0 {
-		return nil, errors.New("start replica: node ID must not be 0")
+		return nil, errors.New("new replica: node ID must not be 0")
 	}
 	if log.IsEmpty() {
 		if len(cfg.Peers) == 0 {
-			return nil, errors.New("start replica: empty log and no initial peers to bootstrap")
+			return nil, errors.New("new replica: empty log and no initial peers to bootstrap")
 		}
 		cs := &pb.ConfState{}
 		for _, p := range cfg.Peers {
@@ -338,10 +353,10 @@ func Start(cfg Config, log LogStore, sm StateMachine, tr Transport, logger *slog
 	// that range are re-applied to raft, whose ConfState starts at that point.
 	compacted := snap.GetMetadata().GetIndex()
 	if sm.AppliedIndex() < compacted {
-		return nil, fmt.Errorf("start replica: state applied to %d but raft log compacted to %d: state store is behind its log", sm.AppliedIndex(), compacted)
+		return nil, fmt.Errorf("new replica: state applied to %d but raft log compacted to %d: state store is behind its log", sm.AppliedIndex(), compacted)
 	}
 	if _, ok := log.(snapshotLog); !ok {
-		return nil, errors.New("start replica: the raft log cannot apply snapshots")
+		return nil, errors.New("new replica: the raft log cannot apply snapshots")
 	}
 	sm = newTrackedSM(sm, compacted)
 	storage := &snapshotStorage{LogStore: log}
@@ -362,11 +377,10 @@ func Start(cfg Config, log LogStore, sm StateMachine, tr Transport, logger *slog
 	}
 	rn, err := raft.NewRawNode(rcfg)
 	if err != nil {
-		return nil, fmt.Errorf("start raft: %w", err)
+		return nil, fmt.Errorf("new raft node: %w", err)
 	}
 	r := &Replica{
-		cfg: cfg, logger: logger, log: log, sm: sm, tr: tr, rn: rn,
-		links:       linksOf(tr),
+		cfg: cfg, logger: logger, log: log, sm: sm, rn: rn,
 		propc:       make(chan proposal, 4096),
 		recvc:       make(chan *pb.Message, 4096),
 		reportc:     make(chan report, 1024),
@@ -387,14 +401,27 @@ func Start(cfg Config, log LogStore, sm StateMachine, tr Transport, logger *slog
 		return r.sm.AppliedIndex(), proto.Clone(r.confState).(*pb.ConfState)
 	}
 	r.publishStatus()
-	// A group of one need not wait an election timeout to lead itself.
-	if len(cs.Voters) == 1 && cs.Voters[0] == uint64(cfg.ID) {
-		if err := rn.Campaign(); err != nil {
-			return nil, fmt.Errorf("campaign: %w", err)
-		}
-	}
-	go r.run()
 	return r, nil
+}
+
+// Start runs the Ready loop, sending through tr, until Stop. It is called
+// once; a replica stopped before it never runs.
+func (r *Replica) Start(tr Transport) error {
+	err := errors.New("start replica: already started or stopped")
+	r.startOnce.Do(func() {
+		r.tr, r.links = tr, linksOf(tr)
+		// A group of one need not wait an election timeout to lead itself.
+		if cs := r.confState; len(cs.GetVoters()) == 1 && cs.GetVoters()[0] == uint64(r.cfg.ID) {
+			if err = r.rn.Campaign(); err != nil {
+				err = fmt.Errorf("start replica: campaign: %w", err)
+				r.finish()
+				return
+			}
+		}
+		err = nil
+		go r.run()
+	})
+	return err
 }
 
 // Propose submits data (an encoded command carrying reqID) and returns once
@@ -608,7 +635,17 @@ func (r *Replica) Err() error {
 // which the other members may still commit.
 func (r *Replica) Stop() {
 	r.stopOnce.Do(func() { close(r.stopc) })
+	// Never started: there is no loop to wait for, and none will run.
+	r.startOnce.Do(r.finish)
 	<-r.done
+}
+
+// finish fails every waiter and reports the loop gone: the last thing the
+// Ready loop does, and all a replica that never ran has to do.
+func (r *Replica) finish() {
+	r.waits.stop(ErrStopped, ErrUnknownOutcome)
+	r.reads.failAll(ErrStopped)
+	close(r.done)
 }
 
 func (r *Replica) fail(err error) {
@@ -621,16 +658,16 @@ func (r *Replica) fail(err error) {
 }
 
 func (r *Replica) run() {
-	defer close(r.done)
-	defer func() {
-		r.waits.stop(ErrStopped, ErrUnknownOutcome)
-		r.reads.failAll(ErrStopped)
-	}()
-	ticker := time.NewTicker(r.cfg.TickInterval)
-	defer ticker.Stop()
+	defer r.finish()
+	ticks := r.cfg.Ticks
+	if ticks == nil {
+		ticker := time.NewTicker(r.cfg.TickInterval)
+		defer ticker.Stop()
+		ticks = ticker.C
+	}
 	for {
 		select {
-		case <-ticker.C:
+		case <-ticks:
 			r.rn.Tick()
 			r.onTick()
 		case f := <-r.adminc:
@@ -922,8 +959,8 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 		}
 	}
 	r.reads.applied(r.sm.AppliedIndex())
-	// Only the messages that vouch for this Ready's state wait for its
-	// fsync: acknowledgements of appended entries and votes (raft's own rule
+	// 1. Send. Only the messages that vouch for this Ready's state wait
+	// for its fsync: acknowledgements of appended entries and votes (raft's own rule
 	// when it runs with asynchronous storage writes, and the thesis' 3.8).
 	// Everything else goes now. A leader's appends reach the followers while
 	// it fsyncs its own copy (thesis 10.2.1, as etcd does), so the two fsyncs
@@ -951,7 +988,8 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 	if len(now) > 0 && len(rd.Entries) > 0 && len(rd.Entries) <= 2 && len(r.propc) == 0 {
 		runtime.Gosched()
 	}
-	// Committed entries this node already holds on disk are applied, and
+	// 2. Apply early. Committed entries this node already holds on disk
+	// are applied, and
 	// their writers answered, before this Ready's fsync rather than after
 	// it: a leader's Ready typically carries the entries its followers have
 	// just acknowledged together with the next batch, and a follower's the
@@ -964,10 +1002,10 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 		}
 		r.reads.applied(r.sm.AppliedIndex())
 	}
-	// 1. Persist.
+	// 3. Persist.
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		// Before the entries that follow it, and before the acknowledgement
-		// sent in step 2, from which alone the leader learns we hold it.
+		// sent in step 4, from which alone the leader learns we hold it.
 		if err := r.installSnapshot(rd.Snapshot); err != nil {
 			return err
 		}
@@ -984,12 +1022,12 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 			r.syncedEntries += uint64(len(rd.Entries))
 		}
 	}
-	// 2. Send the acknowledgements and votes, now that what they vouch for
+	// 4. Send the acknowledgements and votes, now that what they vouch for
 	// is durable.
 	if err := r.send(later); err != nil {
 		return err
 	}
-	// 3. Apply what could not be applied before the fsync.
+	// 5. Apply what could not be applied before the fsync; compact below.
 	if len(late) > 0 {
 		if err := r.apply(late); err != nil {
 			return err
@@ -1019,7 +1057,7 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 			return err
 		}
 	}
-	// 4. Advance.
+	// 6. Advance.
 	r.rn.Advance(rd)
 	return nil
 }
@@ -1303,37 +1341,5 @@ func roleName(s raft.StateType) string {
 		return "pre-candidate"
 	default:
 		return "follower"
-	}
-}
-
-// LateHandler delivers a transport's traffic to a replica that does not
-// exist yet when the transport is made (Start needs the transport). Until
-// Bind, incoming messages are refused and reports dropped; raft retries.
-type LateHandler struct {
-	r atomic.Pointer[Replica]
-}
-
-// Bind makes r the replica that receives from now on.
-func (h *LateHandler) Bind(r *Replica) { h.r.Store(r) }
-
-// Step implements transport.Handler.
-func (h *LateHandler) Step(ctx context.Context, m *pb.Message) error {
-	if r := h.r.Load(); r != nil {
-		return r.Step(ctx, m)
-	}
-	return errNotStarted
-}
-
-// ReportUnreachable implements transport.Handler.
-func (h *LateHandler) ReportUnreachable(id uint64) {
-	if r := h.r.Load(); r != nil {
-		r.ReportUnreachable(id)
-	}
-}
-
-// ReportSnapshot implements transport.Handler.
-func (h *LateHandler) ReportSnapshot(id uint64, failed bool) {
-	if r := h.r.Load(); r != nil {
-		r.ReportSnapshot(id, failed)
 	}
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/raft/v3/raftpb"
 
@@ -79,4 +81,22 @@ func TestFailedLeaderFsyncReportsUnknownOutcome(t *testing.T) {
 		}
 		return false
 	}, 10*time.Second, 5*time.Millisecond, "the write was not applied by the others")
+}
+
+// TestStopBeforeStart: a replica built but never started (its transport
+// failed to bind, say) stops at once, failing what was proposed to it, and
+// cannot be started afterwards.
+func TestStopBeforeStart(t *testing.T) {
+	l, err := raftlog.Open("raft", nil, raftlog.Options{FS: vfs.NewMem()})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, l.Close()) }()
+	r, err := New(Config{ID: 1, Peers: []NodeID{1}}, l, &echoSM{}, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	p, err := r.Propose(context.Background(), time.Time{}, 1, []byte("12345678"))
+	require.NoError(t, err)
+	r.Stop()
+	<-r.Done()
+	_, err = p.Wait(context.Background(), time.Now().Add(10*time.Second))
+	require.Error(t, err)
+	require.Error(t, r.Start(nil), "a stopped replica must not start")
 }

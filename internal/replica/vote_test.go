@@ -64,8 +64,9 @@ func TestJustStartedMemberRefusesVotesInLeaseMode(t *testing.T) {
 			sent := &sentLog{}
 			// No tick fires during the test: the member stays just started.
 			cfg := Config{ID: 2, Peers: []NodeID{1, 2, 3}, TickInterval: time.Hour, ElectionTicks: 10, LeaseReads: tc.lease}
-			r, err := Start(cfg, l, &echoSM{}, sent, slog.New(slog.DiscardHandler))
+			r, err := New(cfg, l, &echoSM{}, slog.New(slog.DiscardHandler))
 			require.NoError(t, err)
+			require.NoError(t, r.Start(sent))
 			t.Cleanup(func() {
 				r.Stop()
 				require.NoError(t, l.Close())

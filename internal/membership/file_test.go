@@ -1,4 +1,4 @@
-package node
+package membership
 
 import (
 	"os"
@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvd-project/kvd/internal/config"
 )
 
 // cluster.json is written once, atomically (temporary file, fsync, rename,
@@ -33,14 +35,15 @@ func TestLoadMembershipFromDamagedFile(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			cfg := loneConfig("n1", dir, "127.0.0.1:0")
-			path := filepath.Join(dir, membershipFile)
+			cfg := config.Default()
+			cfg.Name, cfg.DataDir, cfg.PeerAddr = "n1", dir, "127.0.0.1:0"
+			path := filepath.Join(dir, FileName)
 			if tc.tmp != "" {
 				require.NoError(t, os.WriteFile(path+".tmp", []byte(tc.tmp), 0o640))
 			} else {
 				require.NoError(t, os.WriteFile(path, []byte(tc.content), 0o640))
 			}
-			m, err := loadMembership(cfg, tc.fresh)
+			m, err := Load(cfg, tc.fresh)
 			if tc.want != "" {
 				require.ErrorContains(t, err, path)
 				require.ErrorContains(t, err, tc.want)
@@ -48,10 +51,10 @@ func TestLoadMembershipFromDamagedFile(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			require.NotEmpty(t, m.bootstrapVoters())
+			require.NotEmpty(t, m.BootstrapVoters())
 			if tc.tmp != "" {
 				// Written anew, and read back the same on the next start.
-				again, err := loadMembership(cfg, false)
+				again, err := Load(cfg, false)
 				require.NoError(t, err)
 				require.Equal(t, m, again)
 			}

@@ -1,4 +1,4 @@
-package node
+package membership
 
 import (
 	"context"
@@ -31,11 +31,11 @@ const clusterVersionEvery = 500 * time.Millisecond
 // versionAskTimeout bounds asking one member.
 const versionAskTimeout = 2 * time.Second
 
-func (n *Node) watchClusterVersion(ctx context.Context) {
+func (c *Controller) watchClusterVersion(ctx context.Context) {
 	t := time.NewTicker(clusterVersionEvery)
 	defer t.Stop()
 	for {
-		n.raiseClusterVersion(ctx)
+		c.raiseClusterVersion(ctx)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -46,16 +46,16 @@ func (n *Node) watchClusterVersion(ctx context.Context) {
 
 // raiseClusterVersion proposes the highest version every member applies,
 // when this node leads and the cluster is below it.
-func (n *Node) raiseClusterVersion(ctx context.Context) {
-	cur := n.state.ClusterVersion()
+func (c *Controller) raiseClusterVersion(ctx context.Context) {
+	cur := c.state.ClusterVersion()
 	if cur >= command.ClusterVersionMax {
 		return // the check that runs every half second for good: one load
 	}
 	// The member table before the configuration: a member raft lists
 	// whose row this read missed has no address yet and holds the version;
 	// the other order could miss a member raft lists after the row read.
-	table, tableAt := n.state.MembersAt()
-	st := n.rep.Status()
+	table, tableAt := c.state.MembersAt()
+	st := c.rep.Status()
 	if st.Role != "leader" || !st.Ready {
 		return
 	}
@@ -67,28 +67,28 @@ func (n *Node) raiseClusterVersion(ctx context.Context) {
 		return askMaxClusterVersion(ctx, id, addr)
 	})
 	if target <= cur {
-		if why != "" && why != n.versionHeld {
-			n.logger.Info("cluster version stays", "cluster_version", cur, "this_binary_applies", command.ClusterVersionMax, "because", why)
+		if why != "" && why != c.versionHeld {
+			c.logger.Info("cluster version stays", "cluster_version", cur, "this_binary_applies", command.ClusterVersionMax, "because", why)
 		}
-		n.versionHeld = why
+		c.versionHeld = why
 		return
 	}
 	// The table's fingerprint goes with the raise: a member added,
 	// replaced or re-addressed while we asked (or before the raise is
 	// applied) was never asked, and apply refuses the raise then, on
 	// every node alike.
-	res, err := n.kv.Do(ctx, &command.Command{Op: command.OpClusterVersion, ClusterVersion: target, MemberTable: fsm.MemberTableSum(table)})
+	res, err := c.kv.Do(ctx, &command.Command{Op: command.OpClusterVersion, ClusterVersion: target, MemberTable: fsm.MemberTableSum(table)})
 	if err != nil {
-		n.logger.Warn("raise the cluster version", "to", target, "err", err)
+		c.logger.Warn("raise the cluster version", "to", target, "err", err)
 		return
 	}
 	if res.Status != fsm.StatusOK {
-		n.logger.Info("cluster version stays", "cluster_version", cur, "because", "the member table changed while the members were asked; asking again")
-		n.versionHeld = ""
+		c.logger.Info("cluster version stays", "cluster_version", cur, "because", "the member table changed while the members were asked; asking again")
+		c.versionHeld = ""
 		return
 	}
-	n.versionHeld = ""
-	n.logger.Info("raised the cluster version", "from", cur, "to", target)
+	c.versionHeld = ""
+	c.logger.Info("raised the cluster version", "from", cur, "to", target)
 }
 
 // versionAddrs are the HTTP addresses, from the replicated member table,

@@ -1,4 +1,4 @@
-package node
+package membership
 
 import (
 	"bytes"
@@ -14,16 +14,28 @@ import (
 	"strings"
 
 	"github.com/kvd-project/kvd/internal/config"
+	"github.com/kvd-project/kvd/internal/replica"
 )
 
-// membership is how this node's cluster began, kept in
+// IDOf derives a member's raft ID from its name: stable across restarts and
+// identical on every member that reads the same --initial-cluster.
+func IDOf(name string) replica.NodeID {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(name))
+	if id := h.Sum64(); id != 0 {
+		return replica.NodeID(id)
+	}
+	return 1
+}
+
+// File is how this node's cluster began, kept in
 // <data-dir>/cluster.json so that a restart needs no --initial-cluster (and
 // ignores a different one): the cluster ID, the founding members' addresses,
 // and for a member that joined later the voters the log starts from. It is
 // written once; later changes live in the replicated member table.
-type membership struct {
-	ClusterID uint64   `json:"cluster_id"`
-	Members   []member `json:"members"`
+type File struct {
+	ClusterID uint64       `json:"cluster_id"`
+	Members   []FileMember `json:"members"`
 	// Bootstrap is the voter set the cluster's log starts from, for a member
 	// that joined later (founding members: the IDs of Members).
 	Bootstrap []uint64 `json:"bootstrap_voters,omitempty"`
@@ -39,16 +51,16 @@ type membership struct {
 	// ListenPeerAddr is the --peer-addr of the start that wrote the file.
 	// A founding member advertises its --initial-cluster entry, which
 	// describes that listener; once --peer-addr changes, the entry no
-	// longer does (see Start). Empty in a file written by an older kvd.
+	// longer does (see File.Advertise). Empty in a file written by an older kvd.
 	ListenPeerAddr string `json:"listen_peer_addr,omitempty"`
 }
 
 // checkSelf reports why this data dir cannot be started as member name:
 // it was started under another one.
-func (m *membership) checkSelf(name, path string) error {
+func (m *File) checkSelf(name, path string) error {
 	owner := m.Self
 	if owner == "" && len(m.Bootstrap) == 0 && len(m.Members) > 0 &&
-		!slices.ContainsFunc(m.Members, func(x member) bool { return x.Name == name }) {
+		!slices.ContainsFunc(m.Members, func(x FileMember) bool { return x.Name == name }) {
 		// An older file of a founding member: the member is one of the
 		// founders (which one is not recorded).
 		names := make([]string, 0, len(m.Members))
@@ -67,7 +79,8 @@ func (m *membership) checkSelf(name, path string) error {
 	return nil
 }
 
-func (m *membership) bootstrapVoters() []uint64 {
+// BootstrapVoters are the voters the cluster's log starts from.
+func (m *File) BootstrapVoters() []uint64 {
 	if len(m.Bootstrap) > 0 {
 		return m.Bootstrap
 	}
@@ -78,22 +91,24 @@ func (m *membership) bootstrapVoters() []uint64 {
 	return out
 }
 
-type member struct {
+// FileMember is one member as cluster.json names it.
+type FileMember struct {
 	Name     string `json:"name"`
 	ID       uint64 `json:"id"`
 	PeerAddr string `json:"peer_addr"`
 }
 
-const membershipFile = "cluster.json"
+// FileName is the membership file's name in the data dir.
+const FileName = "cluster.json"
 
-// loadMembership returns the membership saved in dataDir, or, on first
+// Load returns the membership saved in dataDir, or, on first
 // start (fresh is true), the one --initial-cluster describes, saved.
-func loadMembership(cfg config.Config, fresh bool) (*membership, error) {
-	path := filepath.Join(cfg.DataDir, membershipFile)
+func Load(cfg config.Config, fresh bool) (*File, error) {
+	path := filepath.Join(cfg.DataDir, FileName)
 	b, err := os.ReadFile(path)
 	switch {
 	case err == nil:
-		m, err := parseMembership(b, path)
+		m, err := parse(b, path)
 		if err != nil {
 			return nil, err
 		}
@@ -128,15 +143,15 @@ func loadMembership(cfg config.Config, fresh bool) (*membership, error) {
 const damagedAdvice = "kvd writes it once, at the first start, and never partially: " +
 	"restore it from a backup, or give the member an empty data dir and add it to the cluster again"
 
-// parseMembership reads the contents of cluster.json. Every file kvd writes
+// parse reads the contents of cluster.json. Every file kvd writes
 // names at least one member (a founding member's --initial-cluster) or one
 // bootstrap voter (a joined member's): one that names neither, "{}" or
 // "null" say, would start a node that knows none of its peers.
-func parseMembership(b []byte, path string) (*membership, error) {
+func parse(b []byte, path string) (*File, error) {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return nil, fmt.Errorf("%s is empty: %s", path, damagedAdvice)
 	}
-	var m membership
+	var m File
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("%s is damaged (%w): %s", path, err, damagedAdvice)
 	}
@@ -146,15 +161,15 @@ func parseMembership(b []byte, path string) (*membership, error) {
 	return &m, nil
 }
 
-func fromFlags(cfg config.Config) (*membership, error) {
+func fromFlags(cfg config.Config) (*File, error) {
 	ms, err := cfg.Members()
 	if err != nil {
 		return nil, err
 	}
-	m := &membership{}
+	m := &File{}
 	h := fnv.New64a()
 	for _, x := range ms {
-		m.Members = append(m.Members, member{Name: x.Name, ID: uint64(IDOf(x.Name)), PeerAddr: x.PeerAddr})
+		m.Members = append(m.Members, FileMember{Name: x.Name, ID: uint64(IDOf(x.Name)), PeerAddr: x.PeerAddr})
 		fmt.Fprintf(h, "%s=%s,", x.Name, x.PeerAddr)
 	}
 	sort.Slice(m.Members, func(i, j int) bool { return m.Members[i].Name < m.Members[j].Name })

@@ -1,4 +1,4 @@
-package node
+package membership
 
 import (
 	"context"
@@ -33,23 +33,23 @@ const (
 
 // needsLeaderAddr reports whether st follows a leader the transport has no
 // address for.
-func (n *Node) needsLeaderAddr(st replica.Status) bool {
+func (c *Controller) needsLeaderAddr(st replica.Status) bool {
 	if st.Leader == 0 || st.Leader == st.ID {
 		return false
 	}
-	n.peerMu.Lock()
-	defer n.peerMu.Unlock()
-	return n.peers != nil && n.peerAddrs[uint64(st.Leader)] == ""
+	c.peerMu.Lock()
+	defer c.peerMu.Unlock()
+	return c.peers != nil && c.peerAddrs[uint64(st.Leader)] == ""
 }
 
 // learnLeaderAddr asks the members whose HTTP address the member table
 // holds for leader's peer address, and gives the first one found to the
 // transport until syncPeers finds the leader in the configuration (or
 // raft follows another).
-func (n *Node) learnLeaderAddr(ctx context.Context, leader replica.NodeID) {
-	self := uint64(IDOf(n.cfg.Name))
+func (c *Controller) learnLeaderAddr(ctx context.Context, leader replica.NodeID) {
+	self := uint64(IDOf(c.cfg.Name))
 	var errs []error
-	for id, m := range n.rows() {
+	for id, m := range c.rows() {
 		if id == self || m.HTTPAddr == "" {
 			continue
 		}
@@ -58,17 +58,17 @@ func (n *Node) learnLeaderAddr(ctx context.Context, leader replica.NodeID) {
 			errs = append(errs, fmt.Errorf("%s: %w", m.Name, err))
 			continue
 		}
-		n.peerMu.Lock()
-		if n.peers != nil && n.peerAddrs[uint64(leader)] == "" {
-			n.peers.AddPeer(uint64(leader), addr)
-			n.peerAddrs[uint64(leader)] = addr
-			n.learned = uint64(leader)
+		c.peerMu.Lock()
+		if c.peers != nil && c.peerAddrs[uint64(leader)] == "" {
+			c.peers.AddPeer(uint64(leader), addr)
+			c.peerAddrs[uint64(leader)] = addr
+			c.learned = uint64(leader)
 		}
-		n.peerMu.Unlock()
-		n.logger.Info("learned the leader's peer address from another member", "leader", leader, "peer_addr", addr, "from", m.Name)
+		c.peerMu.Unlock()
+		c.logger.Info("learned the leader's peer address from another member", "leader", leader, "peer_addr", addr, "from", m.Name)
 		return
 	}
-	n.logger.Debug("no member told the leader's peer address", "leader", leader, "errs", errs)
+	c.logger.Debug("no member told the leader's peer address", "leader", leader, "errs", errs)
 }
 
 // askPeerAddr reads id's peer address from the member at httpAddr (GET

@@ -1,4 +1,4 @@
-package node
+package membership
 
 import (
 	"context"
@@ -32,18 +32,18 @@ import (
 //
 // A member whose starting point is unknown (a join answered by an older
 // kvd) draws no conclusion and waits, not ready, as before. A data dir
-// started under another name no longer gets this far: loadMembership
-// refuses it (membership.checkSelf).
+// started under another name no longer gets this far: Load refuses it
+// (File.checkSelf).
 
 // memberSince returns the index from which this node's membership is known
 // to hold, and false when it is not known.
-func (n *Node) memberSince() (uint64, bool) {
-	self := uint64(IDOf(n.cfg.Name))
-	if len(n.ms.Bootstrap) == 0 {
+func (c *Controller) memberSince() (uint64, bool) {
+	self := uint64(IDOf(c.cfg.Name))
+	if len(c.file.Bootstrap) == 0 {
 		// A founding member, if --initial-cluster named it.
-		return 0, slices.ContainsFunc(n.ms.Members, func(m member) bool { return m.ID == self })
+		return 0, slices.ContainsFunc(c.file.Members, func(m FileMember) bool { return m.ID == self })
 	}
-	return n.ms.AddedAt, n.ms.AddedAt > 0
+	return c.file.AddedAt, c.file.AddedAt > 0
 }
 
 // removedFrom reports whether st shows a member whose membership started at
@@ -68,18 +68,18 @@ func removedFrom(since uint64, st replica.Status) bool {
 // an empty data dir (kvd serve --join), and this data dir, its vote and log
 // those of the member removed, must not serve beside it under the same
 // raft ID. etcd refuses a removed member's data dir likewise.
-func (n *Node) leftCluster(st replica.Status) bool {
-	since, known := n.memberSince()
+func (c *Controller) leftCluster(st replica.Status) bool {
+	since, known := c.memberSince()
 	if st.Removed && (!known || st.Applied >= since) {
 		return true
 	}
 	if known && st.RemovedAt != 0 && st.RemovedAt >= since {
-		n.logger.Error("this member was removed from the cluster and its name added back since: this data dir belongs to the member removed",
+		c.logger.Error("this member was removed from the cluster and its name added back since: this data dir belongs to the member removed",
 			"removed_at", st.RemovedAt, "member_since", since)
 		return true
 	}
 	if known && removedFrom(since, st) {
-		n.logger.Error("this member was removed from the cluster: the configuration it has applied leaves it out", "applied", st.Applied, "member_since", since)
+		c.logger.Error("this member was removed from the cluster: the configuration it has applied leaves it out", "applied", st.Applied, "member_since", since)
 		return true
 	}
 	return false
@@ -97,11 +97,8 @@ func leaderShowsRemoval(since, applied, leaderApplied uint64) bool {
 // a sender, when its applied configuration leaves the sender out. A
 // follower may be behind the configuration the sender belongs to (the
 // sender may even be its new leader), so it lets raft judge.
-func (n *Node) notMember(from uint64) (uint64, bool) {
-	if n.rep == nil {
-		return 0, false
-	}
-	st := n.rep.Status()
+func (c *Controller) notMember(from uint64) (uint64, bool) {
+	st := c.rep.Status()
 	if st.Role != "leader" || st.Applied == 0 {
 		return 0, false
 	}
@@ -114,28 +111,25 @@ func (n *Node) notMember(from uint64) (uint64, bool) {
 
 // onNotMember implements transport Config.OnNotMember: peer, the leader,
 // refused this node as a non-member as of its applied index.
-func (n *Node) onNotMember(peer, applied uint64) {
-	if n.rep == nil {
-		return
-	}
-	since, ok := n.memberSince()
-	st := n.rep.Status()
+func (c *Controller) onNotMember(peer, applied uint64) {
+	since, ok := c.memberSince()
+	st := c.rep.Status()
 	if !ok || !leaderShowsRemoval(since, st.Applied, applied) {
 		// A joiner the leader has not applied yet, or a leader that knows
 		// no more than we do: nothing to conclude.
 		// Once at info: the member redials after every backoff step.
 		level := slog.LevelDebug
-		if !n.notMemberLogged.Swap(true) {
+		if !c.notMemberLogged.Swap(true) {
 			level = slog.LevelInfo
 		}
-		n.logger.Log(context.Background(), level, "the leader does not count this node as a member yet", "peer", peer, "its_applied", applied, "applied", st.Applied, "member_since", since, "known", ok)
+		c.logger.Log(context.Background(), level, "the leader does not count this node as a member yet", "peer", peer, "its_applied", applied, "applied", st.Applied, "member_since", since, "known", ok)
 		return
 	}
-	n.logger.Error("the leader refused this member's connection: it was removed from the cluster while it was away",
+	c.logger.Error("the leader refused this member's connection: it was removed from the cluster while it was away",
 		"peer", peer, "its_applied", applied, "applied", st.Applied, "member_since", since)
-	n.markRemoved()
+	c.markRemoved()
 }
 
-func (n *Node) markRemoved() {
-	n.removedOnce.Do(func() { close(n.removed) })
+func (c *Controller) markRemoved() {
+	c.removedOnce.Do(func() { close(c.removed) })
 }

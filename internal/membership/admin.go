@@ -1,0 +1,187 @@
+package membership
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/kvd-project/kvd/internal/fsm"
+	"github.com/kvd-project/kvd/internal/httpapi"
+	"github.com/kvd-project/kvd/internal/kv"
+	"github.com/kvd-project/kvd/internal/replica"
+)
+
+// memberContext rides in a configuration change: who the member is. It is
+// applied into the replicated member table with the change itself.
+type memberContext struct {
+	Name     string `json:"name"`
+	PeerAddr string `json:"peer_addr"`
+}
+
+// Change turns a committed configuration change into its effect on
+// the member table.
+func Change(cc *replica.ConfChange) *fsm.MemberChange {
+	mc := &fsm.MemberChange{ID: uint64(cc.ID), Remove: cc.Type == replica.RemoveMember}
+	if cc.Type == replica.AddLearner {
+		var c memberContext
+		// A change without a readable context still changes raft's
+		// configuration; the member is then known by ID until it publishes.
+		if json.Unmarshal(cc.Context, &c) == nil {
+			mc.Name, mc.PeerAddr = c.Name, c.PeerAddr
+		}
+	}
+	return mc
+}
+
+// rows returns the member table: the replicated rows over the founding
+// members this node's cluster.json names (a founding member has a row only
+// once it has published its addresses).
+func (c *Controller) rows() map[uint64]fsm.Member {
+	out := map[uint64]fsm.Member{}
+	for _, m := range c.file.Members {
+		out[m.ID] = fsm.Member{ID: m.ID, Name: m.Name, PeerAddr: m.PeerAddr}
+	}
+	for _, m := range c.state.Members() {
+		prev := out[m.ID]
+		if m.Name == "" {
+			m.Name = prev.Name
+		}
+		if m.PeerAddr == "" {
+			m.PeerAddr = prev.PeerAddr
+		}
+		out[m.ID] = m
+	}
+	return out
+}
+
+// Member implements httpapi.Directory.
+func (c *Controller) Member(id kv.NodeID) (httpapi.MemberInfo, bool) {
+	m, ok := c.rows()[uint64(id)]
+	if !ok {
+		return httpapi.MemberInfo{}, false
+	}
+	return httpapi.MemberInfo{Name: m.Name, PeerAddr: m.PeerAddr, HTTPAddr: m.HTTPAddr, MemcacheAddr: m.MemcacheAddr}, true
+}
+
+func (c *Controller) idOfName(name string) replica.NodeID {
+	for id, m := range c.rows() {
+		if m.Name == name {
+			return replica.NodeID(id)
+		}
+	}
+	return IDOf(name)
+}
+
+func newRequestID() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return binary.BigEndian.Uint64(b[:]) | 1
+}
+
+// AddMember implements httpapi.Admin. Adding a member that is already there
+// with the same peer address answers as if it had just been added, so a
+// joining node that crashed before saving its membership can retry.
+func (c *Controller) AddMember(ctx context.Context, m httpapi.MemberInfo) (httpapi.JoinInfo, error) {
+	// A joiner says which versions it applies: one that cannot apply the
+	// cluster's is refused here rather than stop later at a state or an
+	// entry past its version. kvd cluster add does not say (a member so
+	// added stops itself at that point instead), nor can a kvd from before
+	// cluster versions, which would apply a snapshot's state by its own
+	// rules: do not add one to a cluster past version 1.
+	if cv := c.state.ClusterVersion(); m.MaxClusterVersion != 0 && m.MaxClusterVersion < cv {
+		return httpapi.JoinInfo{}, fmt.Errorf("%w: %s applies versions up to %d, the cluster is at %d", kv.ErrVersionTooOld, m.Name, m.MaxClusterVersion, cv)
+	}
+	id := IDOf(m.Name)
+	st := c.rep.Status()
+	// Only the leader answers from its configuration: a follower's may be
+	// behind the member's removal, and ChangeMember passes the request on.
+	if st.Role == "leader" && (slices.Contains(st.Voters, id) || slices.Contains(st.Learners, id)) {
+		if have, ok := c.rows()[uint64(id)]; ok && have.PeerAddr == m.PeerAddr {
+			// The status that lists the member was published after its
+			// addition was applied: its applied index is at or after it.
+			return c.joinInfo(id, st.Applied), nil
+		}
+		return httpapi.JoinInfo{}, fmt.Errorf("%w: %s", kv.ErrMemberExists, m.Name)
+	}
+	b, err := json.Marshal(memberContext{Name: m.Name, PeerAddr: m.PeerAddr})
+	if err != nil {
+		return httpapi.JoinInfo{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	added, err := c.rep.ChangeMember(ctx, newRequestID(), replica.AddLearner, id, b, false)
+	if err != nil {
+		return httpapi.JoinInfo{}, err
+	}
+	c.logger.Info("added member as learner", "name", m.Name, "id", fmt.Sprintf("%x", id), "peer_addr", m.PeerAddr, "index", added)
+	return c.joinInfo(id, added), nil
+}
+
+func (c *Controller) joinInfo(id replica.NodeID, addedAt uint64) httpapi.JoinInfo {
+	st := c.rep.Status()
+	rows := c.rows()
+	info := httpapi.JoinInfo{ClusterID: strconv.FormatUint(c.file.ClusterID, 16), ID: strconv.FormatUint(uint64(id), 16), AddedAt: addedAt}
+	for _, x := range slices.Concat(st.Voters, st.Learners) {
+		r := rows[uint64(x)]
+		info.Members = append(info.Members, httpapi.JoinMember{ID: strconv.FormatUint(uint64(x), 16), Name: r.Name, PeerAddr: r.PeerAddr})
+	}
+	for _, v := range c.file.BootstrapVoters() {
+		info.BootstrapVoters = append(info.BootstrapVoters, strconv.FormatUint(v, 16))
+	}
+	return info
+}
+
+// RemoveMember implements httpapi.Admin.
+func (c *Controller) RemoveMember(ctx context.Context, name string, force bool) error {
+	id := c.idOfName(name)
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	if _, err := c.rep.ChangeMember(ctx, newRequestID(), replica.RemoveMember, id, nil, force); err != nil {
+		return err
+	}
+	c.logger.Info("removed member", "name", name, "id", fmt.Sprintf("%x", id), "forced", force)
+	return nil
+}
+
+// TransferLeader implements httpapi.Admin.
+func (c *Controller) TransferLeader(ctx context.Context, to string) (httpapi.MemberInfo, error) {
+	var id replica.NodeID
+	if to != "" {
+		id = c.idOfName(to)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	leader, err := c.rep.TransferLeadership(ctx, id)
+	if errors.Is(err, replica.ErrUnknownMember) && to != "" {
+		// The replica knows only the ID; the operator typed a name.
+		return httpapi.MemberInfo{}, fmt.Errorf("transfer leadership to %q: %w (or it is not a voter)", to, replica.ErrUnknownMember)
+	}
+	if err != nil {
+		return httpapi.MemberInfo{}, err
+	}
+	info, _ := c.Member(leader)
+	if info.Name == "" {
+		info.Name = strconv.FormatUint(uint64(leader), 16)
+	}
+	return info, nil
+}
+
+// Healthy implements httpapi.Admin.
+func (c *Controller) Healthy() map[kv.NodeID]bool {
+	p := c.rep.Progress()
+	if p == nil {
+		return nil
+	}
+	out := make(map[kv.NodeID]bool, len(p))
+	for id, pr := range p {
+		if !pr.Unknown {
+			out[id] = pr.Active
+		}
+	}
+	return out
+}
