@@ -39,42 +39,6 @@ import (
 	"github.com/kvd-project/kvd/internal/mcproto"
 )
 
-// Status is the outcome of one applied command, in memcached's vocabulary.
-type Status uint8
-
-const (
-	// StatusNone: the entry carried no command (a raft no-op or already applied).
-	StatusNone Status = iota
-	StatusStored
-	StatusNotStored
-	StatusExists
-	StatusNotFound
-	StatusDeleted
-	StatusTouched
-	StatusOK
-	// StatusValue: incr/decr succeeded; Result.Value holds the new number.
-	StatusValue
-	// StatusHit: gat found the item; Result.Item holds it.
-	StatusHit
-	// StatusNonNumeric: incr/decr on a value that is not a decimal number.
-	StatusNonNumeric
-	// StatusTooLarge: append/prepend would exceed the item size limit.
-	StatusTooLarge
-	// StatusInvalid: the entry is corrupt (command.ErrCorrupt); every node
-	// skips it alike.
-	StatusInvalid
-)
-
-var statusNames = [...]string{"none", "stored", "not_stored", "exists", "not_found", "deleted",
-	"touched", "ok", "value", "hit", "non_numeric", "too_large", "invalid"}
-
-func (s Status) String() string {
-	if int(s) < len(statusNames) {
-		return statusNames[s]
-	}
-	return "status(" + strconv.Itoa(int(s)) + ")"
-}
-
 // Entry is one committed log entry handed to Apply.
 type Entry struct {
 	Index uint64
@@ -91,22 +55,6 @@ type MemberChange struct {
 	// Name and PeerAddr come with an add; a promotion carries none and
 	// keeps what the table holds.
 	Name, PeerAddr string
-}
-
-// Result is what applying one entry produced, for the request that proposed it.
-type Result struct {
-	ReqID  uint64
-	Status Status
-	Value  uint64 // StatusValue
-	Item   Item   // StatusHit; Value is a private copy
-	// CAS (StatusStored) is the stored item's CAS token, so a writer can
-	// make its next write conditional without reading the item back; 0
-	// when the item was stored already expired, as no read will see it.
-	CAS uint64
-	// Grew (StatusValue): the counter's digits outgrew the old value, where
-	// memcached stores a new item rather than rewrite it in place, and
-	// counts it in total_items.
-	Grew bool
 }
 
 // Options tunes the state store; zero values take the defaults.
@@ -413,7 +361,7 @@ func (f *FSM) pebbleFigures() pebbleFigures {
 // reader's clock): not expired and not hidden by a delayed flush_all.
 // The item's Value may be shared with the item cache: read it, never
 // write to it (its capacity ends with it, so an append copies).
-func (f *FSM) Get(key []byte, nowNs int64) (Item, bool, error) {
+func (f *FSM) Get(key []byte, nowNs int64) (command.Item, bool, error) {
 	// The horizon is read before the item: Apply publishes an item's new
 	// state (commit, cache) before the horizon that goes with it, so an item
 	// read after this load is at least as new as the horizon. Read the other
@@ -427,11 +375,11 @@ func (f *FSM) Get(key []byte, nowNs int64) (Item, bool, error) {
 	defer f.dbMu.RUnlock()
 	h := f.horizons()
 	if f.db == nil {
-		return Item{}, false, errNoStore
+		return command.Item{}, false, errNoStore
 	}
 	enc, ok, seq := f.cache.lookup(key)
 	if !ok && !f.keys.mayContain(key) {
-		return Item{}, false, nil
+		return command.Item{}, false, nil
 	}
 	if !ok {
 		// Declared here: Pebble's Get makes it escape, and a cache hit
@@ -440,10 +388,10 @@ func (f *FSM) Get(key []byte, nowNs int64) (Item, bool, error) {
 		v, closer, err := f.db.Get(dataKey(kb[:0], key))
 		if errors.Is(err, pebble.ErrNotFound) {
 			f.cache.fill(key, absent, seq)
-			return Item{}, false, nil
+			return command.Item{}, false, nil
 		}
 		if err != nil {
-			return Item{}, false, fmt.Errorf("get %q: %w", key, err)
+			return command.Item{}, false, fmt.Errorf("get %q: %w", key, err)
 		}
 		enc = append([]byte(nil), v...)
 		_ = closer.Close()
@@ -454,7 +402,7 @@ func (f *FSM) Get(key []byte, nowNs int64) (Item, bool, error) {
 	// not be copied once more for every get.
 	it, ok, err := viewItem(enc, key)
 	if err != nil || !ok || !visible(&it, h, nowNs) {
-		return Item{}, false, err
+		return command.Item{}, false, err
 	}
 	return it, true, nil
 }
@@ -462,7 +410,7 @@ func (f *FSM) Get(key []byte, nowNs int64) (Item, bool, error) {
 // readItem decodes an item's stored form, from Pebble's buffer or the item
 // cache; an empty enc is a key known absent. Value is a copy: the caller
 // may keep it after the buffer is released.
-func readItem(enc, key []byte) (Item, bool, error) {
+func readItem(enc, key []byte) (command.Item, bool, error) {
 	it, ok, err := viewItem(enc, key)
 	if ok {
 		it.Value = append([]byte(nil), it.Value...)
@@ -472,13 +420,13 @@ func readItem(enc, key []byte) (Item, bool, error) {
 
 // viewItem is readItem without the copy: Value aliases enc, with its
 // capacity cut to its length so that an append cannot write into enc.
-func viewItem(enc, key []byte) (Item, bool, error) {
+func viewItem(enc, key []byte) (command.Item, bool, error) {
 	if len(enc) == 0 {
-		return Item{}, false, nil
+		return command.Item{}, false, nil
 	}
-	var it Item
+	var it command.Item
 	if err := decodeItem(enc, &it); err != nil {
-		return Item{}, false, fmt.Errorf("read %q: %w", key, err)
+		return command.Item{}, false, fmt.Errorf("read %q: %w", key, err)
 	}
 	it.Value = it.Value[:len(it.Value):len(it.Value)]
 	return it, true, nil
@@ -508,7 +456,7 @@ func (f *FSM) setHorizons(h horizons) {
 // visible is the one rule, for reads and for apply: an item is gone from its
 // expiry instant on, and once a delayed flush_all horizon has passed, so is
 // everything stored before it.
-func visible(it *Item, h horizons, nowNs int64) bool {
+func visible(it *command.Item, h horizons, nowNs int64) bool {
 	if it.ExpiresAt != 0 && it.ExpiresAt <= nowNs {
 		return false
 	}
@@ -592,7 +540,7 @@ func (f *FSM) HiddenAfter(after []byte, steps int, maxBytes int64, nowNs int64) 
 		return nil, nil, fmt.Errorf("crawl for hidden items: %w", err)
 	}
 	defer iter.Close()
-	var it Item
+	var it command.Item
 	n, read := 0, int64(0)
 	ok := iter.First()
 	for ; ok && n < steps && read < maxBytes; ok = iter.Next() {
@@ -624,8 +572,8 @@ func (f *FSM) HiddenAfter(after []byte, steps int, maxBytes int64, nowNs int64) 
 // Result per entry. Entries at or below the applied index are skipped (a
 // restart replays the log from the last compaction point). An error means the
 // store could not be written: the caller must stop the node.
-func (f *FSM) Apply(ents []Entry) ([]Result, error) {
-	results := make([]Result, len(ents))
+func (f *FSM) Apply(ents []Entry) ([]command.Result, error) {
+	results := make([]command.Result, len(ents))
 	b := f.db.NewIndexedBatch()
 	defer b.Close()
 	f.cacheWrites, f.flushed = f.cacheWrites[:0], false
@@ -665,7 +613,7 @@ func (f *FSM) Apply(ents []Entry) ([]Result, error) {
 			f.logger.Error("skipping undecodable entry", "index", e.Index, "err", err)
 			// Addressed to its proposer when the header names one, which
 			// then learns now that nothing was done, not at its timeout.
-			results[i] = Result{ReqID: c.ReqID, Status: StatusInvalid}
+			results[i] = command.Result{ReqID: c.ReqID, Status: command.StatusInvalid}
 			continue
 		}
 		r, err := f.applyOne(b, &st, &c, e.Index)
@@ -749,7 +697,7 @@ type applyState struct {
 	membersChanged bool
 }
 
-func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, index uint64) (Result, error) {
+func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, index uint64) (command.Result, error) {
 	if c.Op == command.OpFlush {
 		return f.applyFlush(b, st, c)
 	}
@@ -765,7 +713,7 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 		// not (one downgraded since) must stop rather than apply what
 		// follows by older rules than its peers.
 		if c.ClusterVersion > command.ClusterVersionMax {
-			return Result{}, tooNew(c.ClusterVersion)
+			return command.Result{}, tooNew(c.ClusterVersion)
 		}
 		// The leader asked the members of the table it fingerprinted. A
 		// member added, replaced or re-addressed by an entry before this
@@ -775,45 +723,45 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 		if c.MemberTable != 0 {
 			ms, err := readMembers(b)
 			if err != nil {
-				return Result{}, err
+				return command.Result{}, err
 			}
 			if MemberTableSum(ms) != c.MemberTable {
-				return Result{Status: StatusNotStored}, nil
+				return command.Result{Status: command.StatusNotStored}, nil
 			}
 		}
 		st.clusterVersion = max(st.clusterVersion, c.ClusterVersion)
-		return Result{Status: StatusOK}, nil
+		return command.Result{Status: command.StatusOK}, nil
 	}
 	old, exists, err := f.load(b, c.Key)
 	if err != nil {
-		return Result{}, err
+		return command.Result{}, err
 	}
 	live := exists && visible(&old, st.flush, c.Stamp)
-	next := Item{Flags: c.Flags, ExpiresAt: expiryOf(c.Exptime, c.Stamp), CAS: index, StoredAt: c.Stamp, Value: c.Value}
+	next := command.Item{Flags: c.Flags, ExpiresAt: expiryOf(c.Exptime, c.Stamp), CAS: index, StoredAt: c.Stamp, Value: c.Value}
 
 	switch c.Op {
 	case command.OpSet:
 	case command.OpAdd:
 		if live {
-			return Result{Status: StatusNotStored}, nil
+			return command.Result{Status: command.StatusNotStored}, nil
 		}
 	case command.OpReplace:
 		if !live {
-			return Result{Status: StatusNotStored}, nil
+			return command.Result{Status: command.StatusNotStored}, nil
 		}
 	case command.OpCAS:
 		if !live {
-			return Result{Status: StatusNotFound}, nil
+			return command.Result{Status: command.StatusNotFound}, nil
 		}
 		if old.CAS != c.CAS {
-			return Result{Status: StatusExists}, nil
+			return command.Result{Status: command.StatusExists}, nil
 		}
 	case command.OpAppend, command.OpPrepend:
 		if !live {
-			return Result{Status: StatusNotStored}, nil
+			return command.Result{Status: command.StatusNotStored}, nil
 		}
 		if uint64(len(old.Value))+uint64(len(c.Value)) > uint64(c.MaxSize) {
-			return Result{Status: StatusTooLarge}, nil
+			return command.Result{Status: command.StatusTooLarge}, nil
 		}
 		v := make([]byte, 0, len(old.Value)+len(c.Value))
 		if c.Op == command.OpAppend {
@@ -824,11 +772,11 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 		next.Flags, next.ExpiresAt, next.Value = old.Flags, old.ExpiresAt, v
 	case command.OpIncr, command.OpDecr:
 		if !live {
-			return Result{Status: StatusNotFound}, nil
+			return command.Result{Status: command.StatusNotFound}, nil
 		}
 		n, ok := mcproto.ParseCounter(old.Value)
 		if !ok {
-			return Result{Status: StatusNonNumeric}, nil
+			return command.Result{Status: command.StatusNonNumeric}, nil
 		}
 		if c.Op == command.OpIncr {
 			n += c.Delta // wraps at 2^64, as memcached does
@@ -840,47 +788,47 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 		next.Flags, next.ExpiresAt = old.Flags, old.ExpiresAt
 		next.Value = formatCounter(n, len(old.Value))
 		if err := f.store(b, st, c.Key, &old, exists, &next, c.Stamp); err != nil {
-			return Result{}, err
+			return command.Result{}, err
 		}
-		return Result{Status: StatusValue, Value: n, Grew: len(next.Value) > len(old.Value)}, nil
+		return command.Result{Status: command.StatusValue, Value: n, Grew: len(next.Value) > len(old.Value)}, nil
 	case command.OpTouch, command.OpGAT:
 		if !live {
-			return Result{Status: StatusNotFound}, nil
+			return command.Result{Status: command.StatusNotFound}, nil
 		}
 		next = old
 		next.Value = append([]byte(nil), old.Value...)
 		next.ExpiresAt = expiryOf(c.Exptime, c.Stamp)
 		if err := f.store(b, st, c.Key, &old, exists, &next, c.Stamp); err != nil {
-			return Result{}, err
+			return command.Result{}, err
 		}
 		if c.Op == command.OpGAT {
-			return Result{Status: StatusHit, Item: next}, nil
+			return command.Result{Status: command.StatusHit, Item: next}, nil
 		}
-		return Result{Status: StatusTouched}, nil
+		return command.Result{Status: command.StatusTouched}, nil
 	case command.OpDelete:
 		if exists {
 			if err := f.remove(b, st, c.Key, &old); err != nil {
-				return Result{}, err
+				return command.Result{}, err
 			}
 		}
 		if !live {
-			return Result{Status: StatusNotFound}, nil
+			return command.Result{Status: command.StatusNotFound}, nil
 		}
-		return Result{Status: StatusDeleted}, nil
+		return command.Result{Status: command.StatusDeleted}, nil
 	default:
-		return Result{Status: StatusInvalid}, nil
+		return command.Result{Status: command.StatusInvalid}, nil
 	}
 	if err := f.store(b, st, c.Key, &old, exists, &next, c.Stamp); err != nil {
-		return Result{}, err
+		return command.Result{}, err
 	}
-	res := Result{Status: StatusStored}
+	res := command.Result{Status: command.StatusStored}
 	if visible(&next, horizons{}, c.Stamp) {
 		res.CAS = next.CAS
 	}
 	return res, nil
 }
 
-func (f *FSM) applyFlush(b *pebble.Batch, st *applyState, c *command.Command) (Result, error) {
+func (f *FSM) applyFlush(b *pebble.Batch, st *applyState, c *command.Command) (command.Result, error) {
 	at := c.Stamp
 	if c.Delay > 0 {
 		at = expiryOf(c.Delay, c.Stamp)
@@ -907,17 +855,17 @@ func (f *FSM) applyFlush(b *pebble.Batch, st *applyState, c *command.Command) (R
 			if st.clusterVersion >= 3 {
 				st.flush.before = max(st.flush.before, st.flush.at)
 			} else if err := f.dropStoredBefore(b, st, st.flush.at); err != nil {
-				return Result{}, err
+				return command.Result{}, err
 			}
 		}
 		st.flush.at = at
-		return Result{Status: StatusOK}, nil
+		return command.Result{Status: command.StatusOK}, nil
 	}
 	// Immediate: everything stored before this entry goes, exactly at this
 	// point of the log; anything after it is visible, even in the same second.
 	for _, p := range []byte{prefixData, prefixExpiry} {
 		if err := b.DeleteRange([]byte{p}, []byte{p + 1}, nil); err != nil {
-			return Result{}, fmt.Errorf("flush_all: %w", err)
+			return command.Result{}, fmt.Errorf("flush_all: %w", err)
 		}
 	}
 	st.items, st.bytes, st.flush = 0, 0, horizons{}
@@ -926,7 +874,7 @@ func (f *FSM) applyFlush(b *pebble.Batch, st *applyState, c *command.Command) (R
 	// reachable from its reused array.
 	clear(f.cacheWrites)
 	f.flushed, f.cacheWrites = true, f.cacheWrites[:0]
-	return Result{Status: StatusOK}, nil
+	return command.Result{Status: command.StatusOK}, nil
 }
 
 // dropStoredBefore deletes every item stored before horizon, the passed
@@ -943,7 +891,7 @@ func (f *FSM) dropStoredBefore(b *pebble.Batch, st *applyState, horizon int64) (
 			err = fmt.Errorf("flush_all: scan items: %w", cerr)
 		}
 	}()
-	var old Item
+	var old command.Item
 	for ok := it.First(); ok; ok = it.Next() {
 		key := it.Key()[1:]
 		v, err := it.ValueAndErr()
@@ -962,11 +910,11 @@ func (f *FSM) dropStoredBefore(b *pebble.Batch, st *applyState, horizon int64) (
 	return nil
 }
 
-func (f *FSM) applyExpire(b *pebble.Batch, st *applyState, c *command.Command) (Result, error) {
+func (f *FSM) applyExpire(b *pebble.Batch, st *applyState, c *command.Command) (command.Result, error) {
 	for _, kc := range c.Expired {
 		old, exists, err := f.load(b, kc.Key)
 		if err != nil {
-			return Result{}, err
+			return command.Result{}, err
 		}
 		// Only the version the sweeper saw, and only if it really is expired
 		// at this entry's time: a concurrent set or touch wins.
@@ -974,36 +922,36 @@ func (f *FSM) applyExpire(b *pebble.Batch, st *applyState, c *command.Command) (
 			continue
 		}
 		if err := f.remove(b, st, kc.Key, &old); err != nil {
-			return Result{}, err
+			return command.Result{}, err
 		}
 	}
-	return Result{Status: StatusOK}, nil
+	return command.Result{Status: command.StatusOK}, nil
 }
 
 // load reads the item under key as the batch being applied sees it: from the
 // item cache, unless the batch itself changed the key (or flushed all).
-func (f *FSM) load(b *pebble.Batch, key []byte) (Item, bool, error) {
+func (f *FSM) load(b *pebble.Batch, key []byte) (command.Item, bool, error) {
 	if _, changed := f.inBatch[string(key)]; !changed && !f.flushed {
 		if enc, ok, _ := f.cache.lookup(key); ok {
 			return readItem(enc, key)
 		}
 	}
 	if !f.keys.mayContain(key) {
-		return Item{}, false, nil
+		return command.Item{}, false, nil
 	}
 	f.kbuf = dataKey(f.kbuf[:0], key)
 	v, closer, err := b.Get(f.kbuf)
 	if errors.Is(err, pebble.ErrNotFound) {
-		return Item{}, false, nil
+		return command.Item{}, false, nil
 	}
 	if err != nil {
-		return Item{}, false, fmt.Errorf("read %q: %w", key, err)
+		return command.Item{}, false, fmt.Errorf("read %q: %w", key, err)
 	}
 	defer closer.Close()
 	return readItem(v, key)
 }
 
-func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *Item, exists bool, next *Item, nowNs int64) error {
+func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *command.Item, exists bool, next *command.Item, nowNs int64) error {
 	if next.ExpiresAt != 0 && next.ExpiresAt <= nowNs {
 		// Stored already expired (negative or past exptime): invisible from the
 		// start, so keep nothing.
@@ -1015,7 +963,7 @@ func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *Item, exis
 	if exists {
 		st.bytes -= int64(len(old.Value))
 		if old.ExpiresAt != 0 {
-			f.kbuf = expiryKey(f.kbuf[:0], old.ExpiresAt, key)
+			f.kbuf = expiryKey(f.kbuf[:0], old, key)
 			if err := b.Delete(f.kbuf, nil); err != nil {
 				return fmt.Errorf("unindex %q: %w", key, err)
 			}
@@ -1038,7 +986,7 @@ func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *Item, exis
 	if next.ExpiresAt != 0 {
 		var cas [8]byte
 		binary.BigEndian.PutUint64(cas[:], next.CAS)
-		f.kbuf = expiryKey(f.kbuf[:0], next.ExpiresAt, key)
+		f.kbuf = expiryKey(f.kbuf[:0], next, key)
 		if err := b.Set(f.kbuf, cas[:], nil); err != nil {
 			return fmt.Errorf("index %q: %w", key, err)
 		}
@@ -1046,7 +994,7 @@ func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *Item, exis
 	return nil
 }
 
-func (f *FSM) remove(b *pebble.Batch, st *applyState, key []byte, old *Item) error {
+func (f *FSM) remove(b *pebble.Batch, st *applyState, key []byte, old *command.Item) error {
 	st.items--
 	st.bytes -= int64(len(old.Value))
 	f.kbuf = dataKey(f.kbuf[:0], key)
@@ -1055,7 +1003,7 @@ func (f *FSM) remove(b *pebble.Batch, st *applyState, key []byte, old *Item) err
 	}
 	f.cached(key, absent)
 	if old.ExpiresAt != 0 {
-		f.kbuf = expiryKey(f.kbuf[:0], old.ExpiresAt, key)
+		f.kbuf = expiryKey(f.kbuf[:0], old, key)
 		if err := b.Delete(f.kbuf, nil); err != nil {
 			return fmt.Errorf("unindex %q: %w", key, err)
 		}

@@ -22,7 +22,7 @@ import (
 type reply struct {
 	buf    []byte
 	calls  []*kv.Call
-	render func(dst []byte, res []kv.Result, err error) []byte
+	render func(dst []byte, res []command.Result, err error) []byte
 	close  bool
 	// cmd and start feed the per-command latency histogram once the reply
 	// is final; cmd 0 is not observed.
@@ -463,7 +463,7 @@ func (c *conn) budgeted(buf []byte) *reply {
 
 func (c *conn) await(rp *reply) []byte {
 	defer close(rp.done)
-	res := make([]kv.Result, len(rp.calls))
+	res := make([]command.Result, len(rp.calls))
 	var firstErr error
 	for i, call := range rp.calls {
 		if call == nil {
@@ -492,7 +492,7 @@ func (c *conn) submit(cmd *command.Command) (*kv.Call, error) {
 }
 
 // pending builds a reply waiting on calls.
-func (c *conn) pending(calls []*kv.Call, render func([]byte, []kv.Result, error) []byte) *reply {
+func (c *conn) pending(calls []*kv.Call, render func([]byte, []command.Result, error) []byte) *reply {
 	rp := &reply{calls: calls, render: render, done: make(chan struct{})}
 	c.lastWrite = rp.done
 	return rp
@@ -503,7 +503,7 @@ func (c *conn) tooLarge(req *mcproto.Request, perr *mcproto.Error) {
 	// client never reads a stale value it believes it replaced.
 	if req.Command == mcproto.CmdSet && len(req.Keys) == 1 {
 		if call, err := c.submit(&command.Command{Op: command.OpDelete, Key: req.Keys[0]}); err == nil {
-			c.enqueue(c.pending([]*kv.Call{call}, func(dst []byte, _ []kv.Result, _ error) []byte {
+			c.enqueue(c.pending([]*kv.Call{call}, func(dst []byte, _ []command.Result, _ error) []byte {
 				return dst
 			}))
 		}

@@ -32,23 +32,23 @@ func (c *conn) handle(req *mcproto.Request) *reply {
 		cmd := &command.Command{Op: storageOps[req.Command], Key: req.Keys[0], Value: req.Data,
 			Flags: req.Flags, Exptime: req.Exptime, CAS: req.CAS}
 		isCAS := req.Command == mcproto.CmdCas
-		return c.write(req, cmd, func(dst []byte, r kv.Result) []byte {
+		return c.write(req, cmd, func(dst []byte, r command.Result) []byte {
 			switch r.Status {
-			case kv.StatusStored:
+			case command.StatusStored:
 				st.TotalItems.Add(1)
 				if isCAS {
 					st.CasHits.Add(1)
 				}
 				return append(dst, mcproto.ReplyStored...)
-			case kv.StatusNotStored:
+			case command.StatusNotStored:
 				return append(dst, mcproto.ReplyNotStored...)
-			case kv.StatusExists:
+			case command.StatusExists:
 				st.CasBadval.Add(1)
 				return append(dst, mcproto.ReplyExists...)
-			case kv.StatusNotFound:
+			case command.StatusNotFound:
 				st.CasMisses.Add(1)
 				return append(dst, mcproto.ReplyNotFound...)
-			case kv.StatusTooLarge:
+			case command.StatusTooLarge:
 				// An append or prepend whose result would exceed the item
 				// size limit: memcached 1.6 fails to allocate the combined
 				// item and answers NOT_STORED, keeping the old value.
@@ -62,18 +62,18 @@ func (c *conn) handle(req *mcproto.Request) *reply {
 			op, hits, misses = command.OpDecr, &st.DecrHits, &st.DecrMisses
 		}
 		cmd := &command.Command{Op: op, Key: req.Keys[0], Delta: req.Delta}
-		return c.write(req, cmd, func(dst []byte, r kv.Result) []byte {
+		return c.write(req, cmd, func(dst []byte, r command.Result) []byte {
 			switch r.Status {
-			case kv.StatusValue:
+			case command.StatusValue:
 				hits.Add(1)
 				if r.Grew {
 					st.TotalItems.Add(1)
 				}
 				return mcproto.AppendUint(dst, r.Value)
-			case kv.StatusNotFound:
+			case command.StatusNotFound:
 				misses.Add(1)
 				return append(dst, mcproto.ReplyNotFound...)
-			case kv.StatusNonNumeric:
+			case command.StatusNonNumeric:
 				return mcproto.AppendLine(dst, mcproto.MsgNonNumericValue)
 			}
 			return unexpected(dst, r)
@@ -81,12 +81,12 @@ func (c *conn) handle(req *mcproto.Request) *reply {
 	case mcproto.CmdTouch:
 		st.CmdTouch.Add(1)
 		cmd := &command.Command{Op: command.OpTouch, Key: req.Keys[0], Exptime: req.Exptime}
-		return c.write(req, cmd, func(dst []byte, r kv.Result) []byte {
+		return c.write(req, cmd, func(dst []byte, r command.Result) []byte {
 			switch r.Status {
-			case kv.StatusTouched:
+			case command.StatusTouched:
 				st.TouchHits.Add(1)
 				return append(dst, mcproto.ReplyTouched...)
-			case kv.StatusNotFound:
+			case command.StatusNotFound:
 				st.TouchMisses.Add(1)
 				return append(dst, mcproto.ReplyNotFound...)
 			}
@@ -94,12 +94,12 @@ func (c *conn) handle(req *mcproto.Request) *reply {
 		})
 	case mcproto.CmdDelete:
 		cmd := &command.Command{Op: command.OpDelete, Key: req.Keys[0]}
-		return c.write(req, cmd, func(dst []byte, r kv.Result) []byte {
+		return c.write(req, cmd, func(dst []byte, r command.Result) []byte {
 			switch r.Status {
-			case kv.StatusDeleted:
+			case command.StatusDeleted:
 				st.DeleteHits.Add(1)
 				return append(dst, mcproto.ReplyDeleted...)
-			case kv.StatusNotFound:
+			case command.StatusNotFound:
 				st.DeleteMisses.Add(1)
 				return append(dst, mcproto.ReplyNotFound...)
 			}
@@ -108,7 +108,7 @@ func (c *conn) handle(req *mcproto.Request) *reply {
 	case mcproto.CmdFlushAll:
 		st.CmdFlush.Add(1)
 		cmd := &command.Command{Op: command.OpFlush, Delay: max(req.Delay, 0)}
-		return c.write(req, cmd, func(dst []byte, r kv.Result) []byte {
+		return c.write(req, cmd, func(dst []byte, r command.Result) []byte {
 			return append(dst, mcproto.ReplyOK...)
 		})
 	case mcproto.CmdVersion:
@@ -135,7 +135,7 @@ func (c *conn) handle(req *mcproto.Request) *reply {
 }
 
 // write submits one command and renders its result (nothing with noreply).
-func (c *conn) write(req *mcproto.Request, cmd *command.Command, render func([]byte, kv.Result) []byte) *reply {
+func (c *conn) write(req *mcproto.Request, cmd *command.Command, render func([]byte, command.Result) []byte) *reply {
 	noreply := req.Noreply
 	st, which := c.s.stats, req.Command
 	call, err := c.submit(cmd)
@@ -147,7 +147,7 @@ func (c *conn) write(req *mcproto.Request, cmd *command.Command, render func([]b
 		}
 		return &reply{buf: errorReply(nil, err)}
 	}
-	return c.pending([]*kv.Call{call}, func(dst []byte, res []kv.Result, err error) []byte {
+	return c.pending([]*kv.Call{call}, func(dst []byte, res []command.Result, err error) []byte {
 		if err != nil {
 			st.ServerErrors.Add(1)
 			st.count(which, ResultServerError, 1)
@@ -166,31 +166,31 @@ func (c *conn) write(req *mcproto.Request, cmd *command.Command, render func([]b
 }
 
 // statusResult classifies a write's outcome the way its reply reads.
-func statusResult(s kv.Status) Result {
+func statusResult(s command.Status) Result {
 	switch s {
-	case kv.StatusStored:
+	case command.StatusStored:
 		return ResultStored
-	case kv.StatusNotStored, kv.StatusTooLarge:
+	case command.StatusNotStored, command.StatusTooLarge:
 		return ResultNotStored
-	case kv.StatusExists:
+	case command.StatusExists:
 		return ResultExists
-	case kv.StatusNotFound:
+	case command.StatusNotFound:
 		return ResultNotFound
-	case kv.StatusDeleted:
+	case command.StatusDeleted:
 		return ResultDeleted
-	case kv.StatusTouched:
+	case command.StatusTouched:
 		return ResultTouched
-	case kv.StatusOK:
+	case command.StatusOK:
 		return ResultOK
-	case kv.StatusValue, kv.StatusHit:
+	case command.StatusValue, command.StatusHit:
 		return ResultHit
-	case kv.StatusNonNumeric:
+	case command.StatusNonNumeric:
 		return ResultClientError
 	}
 	return ResultServerError // unexpected
 }
 
-func unexpected(dst []byte, r kv.Result) []byte {
+func unexpected(dst []byte, r command.Result) []byte {
 	return mcproto.AppendServerError(dst, "unexpected result "+r.Status.String())
 }
 
@@ -350,7 +350,7 @@ func (g *gatReply) chunk(keys [][]byte, last bool) (rp *reply, ok bool) {
 			// them, in their place, as every reply on a connection does.
 			st.ServerErrors.Add(1)
 			st.count(g.which, ResultServerError, 1)
-			return c.pending(calls[:i], func(dst []byte, _ []kv.Result, _ error) []byte {
+			return c.pending(calls[:i], func(dst []byte, _ []command.Result, _ error) []byte {
 				if g.failed.Swap(true) {
 					return dst
 				}
@@ -359,7 +359,7 @@ func (g *gatReply) chunk(keys [][]byte, last bool) (rp *reply, ok bool) {
 		}
 		calls[i] = call
 	}
-	return c.pending(calls, func(dst []byte, res []kv.Result, err error) []byte {
+	return c.pending(calls, func(dst []byte, res []command.Result, err error) []byte {
 		if g.failed.Load() {
 			return dst
 		}
@@ -373,14 +373,14 @@ func (g *gatReply) chunk(keys [][]byte, last bool) (rp *reply, ok bool) {
 		// left copies of up to twice its size behind.
 		size := 0
 		for i, r := range res {
-			if r.Status == kv.StatusHit {
+			if r.Status == command.StatusHit {
 				size += len(copies[i]) + len(r.Item.Value) + valueHeaderMax
 			}
 		}
 		dst = slices.Grow(dst, size+len(mcproto.ReplyEnd))
 		start := len(dst)
 		for i, r := range res {
-			if r.Status != kv.StatusHit {
+			if r.Status != command.StatusHit {
 				st.TouchMisses.Add(1)
 				st.count(g.which, ResultMiss, 1)
 				continue
