@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -36,7 +35,6 @@ import (
 	"github.com/kvd-project/kvd/internal/command"
 	"github.com/kvd-project/kvd/internal/durable"
 	"github.com/kvd-project/kvd/internal/failpoint"
-	"github.com/kvd-project/kvd/internal/mcproto"
 )
 
 // Entry is one committed log entry handed to Apply.
@@ -774,7 +772,7 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 		if !live {
 			return command.Result{Status: command.StatusNotFound}, nil
 		}
-		n, ok := mcproto.ParseCounter(old.Value)
+		n, ok := parseCounter(old.Value)
 		if !ok {
 			return command.Result{Status: command.StatusNonNumeric}, nil
 		}
@@ -1016,16 +1014,6 @@ func (f *FSM) cached(key, enc []byte) {
 	k := append([]byte(nil), key...)
 	f.inBatch[string(k)] = struct{}{}
 	f.cacheWrites = append(f.cacheWrites, cacheWrite{key: k, enc: enc})
-}
-
-// formatCounter writes n; when the number got shorter, memcached rewrites the
-// value in place and pads it with spaces to the old length, and so do we.
-func formatCounter(n uint64, oldLen int) []byte {
-	v := strconv.AppendUint(nil, n, 10)
-	for len(v) < oldLen {
-		v = append(v, ' ')
-	}
-	return v
 }
 
 func getUint64(db *pebble.DB, key []byte) (uint64, error) {

@@ -94,9 +94,27 @@ func TestImportBoundaries(t *testing.T) {
 			}
 		}
 	}
-	for imp := range pkgs["internal/mcproto"] {
-		if strings.HasPrefix(imp, module) {
-			t.Errorf("mcproto must import nothing internal, imports %s", imp)
+	for _, dir := range []string{"internal/mcproto", "internal/command"} {
+		for imp := range pkgs[dir] {
+			if strings.HasPrefix(imp, module) {
+				t.Errorf("%s must import nothing internal, imports %s", dir, imp)
+			}
+		}
+	}
+	// The state machine applies the log the same on every member whatever
+	// protocol a write came in by: its rules (incr's reading of a counter
+	// among them) are its own, never borrowed from a client codec or a
+	// listener, whose changes must not change what apply does.
+	for _, dir := range []string{"internal/fsm", "internal/command"} {
+		if pkgs[dir] == nil {
+			t.Fatalf("package %s not found", dir)
+		}
+		for imp := range pkgs[dir] {
+			for _, front := range []string{"mcproto", "mcserver", "httpapi", "kv", "cli", "bench"} {
+				if imp == module+"internal/"+front {
+					t.Errorf("%s imports %s: the state machine and the log format import no listener or codec", dir, imp)
+				}
+			}
 		}
 	}
 }
