@@ -430,12 +430,6 @@ func viewItem(enc, key []byte) (command.Item, bool, error) {
 	return it, true, nil
 }
 
-// horizons are the delayed flush_all times an item's visibility depends on
-// (Unix ns; 0 = none): at, the last one, which hides what was stored before
-// it once it has come, and before, a passed one that a later flush_all
-// replaced, which hides what was stored before it for good.
-type horizons struct{ at, before int64 }
-
 // horizons reads the published horizons.
 func (f *FSM) horizons() horizons {
 	if h := f.flush.Load(); h != nil {
@@ -449,19 +443,6 @@ func (f *FSM) setHorizons(h horizons) {
 	if h != f.horizons() {
 		f.flush.Store(&h)
 	}
-}
-
-// visible is the one rule, for reads and for apply: an item is gone from its
-// expiry instant on, and once a delayed flush_all horizon has passed, so is
-// everything stored before it.
-func visible(it *command.Item, h horizons, nowNs int64) bool {
-	if it.ExpiresAt != 0 && it.ExpiresAt <= nowNs {
-		return false
-	}
-	if it.StoredAt < h.before {
-		return false
-	}
-	return h.at == 0 || nowNs < h.at || it.StoredAt >= h.at
 }
 
 // ExpiredBefore lists up to limit items whose expiry is at or before nowSec,
@@ -730,98 +711,20 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 		st.clusterVersion = max(st.clusterVersion, c.ClusterVersion)
 		return command.Result{Status: command.StatusOK}, nil
 	}
+	// An item's command: read the item, ask its rule, write the verdict.
 	old, exists, err := f.load(b, c.Key)
 	if err != nil {
 		return command.Result{}, err
 	}
-	live := exists && visible(&old, st.flush, c.Stamp)
-	next := command.Item{Flags: c.Flags, ExpiresAt: expiryOf(c.Exptime, c.Stamp), CAS: index, StoredAt: c.Stamp, Value: c.Value}
-
-	switch c.Op {
-	case command.OpSet:
-	case command.OpAdd:
-		if live {
-			return command.Result{Status: command.StatusNotStored}, nil
-		}
-	case command.OpReplace:
-		if !live {
-			return command.Result{Status: command.StatusNotStored}, nil
-		}
-	case command.OpCAS:
-		if !live {
-			return command.Result{Status: command.StatusNotFound}, nil
-		}
-		if old.CAS != c.CAS {
-			return command.Result{Status: command.StatusExists}, nil
-		}
-	case command.OpAppend, command.OpPrepend:
-		if !live {
-			return command.Result{Status: command.StatusNotStored}, nil
-		}
-		if uint64(len(old.Value))+uint64(len(c.Value)) > uint64(c.MaxSize) {
-			return command.Result{Status: command.StatusTooLarge}, nil
-		}
-		v := make([]byte, 0, len(old.Value)+len(c.Value))
-		if c.Op == command.OpAppend {
-			v = append(append(v, old.Value...), c.Value...)
-		} else {
-			v = append(append(v, c.Value...), old.Value...)
-		}
-		next.Flags, next.ExpiresAt, next.Value = old.Flags, old.ExpiresAt, v
-	case command.OpIncr, command.OpDecr:
-		if !live {
-			return command.Result{Status: command.StatusNotFound}, nil
-		}
-		n, ok := parseCounter(old.Value)
-		if !ok {
-			return command.Result{Status: command.StatusNonNumeric}, nil
-		}
-		if c.Op == command.OpIncr {
-			n += c.Delta // wraps at 2^64, as memcached does
-		} else if c.Delta > n {
-			n = 0
-		} else {
-			n -= c.Delta
-		}
-		next.Flags, next.ExpiresAt = old.Flags, old.ExpiresAt
-		next.Value = formatCounter(n, len(old.Value))
-		if err := f.store(b, st, c.Key, &old, exists, &next, c.Stamp); err != nil {
-			return command.Result{}, err
-		}
-		return command.Result{Status: command.StatusValue, Value: n, Grew: len(next.Value) > len(old.Value)}, nil
-	case command.OpTouch, command.OpGAT:
-		if !live {
-			return command.Result{Status: command.StatusNotFound}, nil
-		}
-		next = old
-		next.Value = append([]byte(nil), old.Value...)
-		next.ExpiresAt = expiryOf(c.Exptime, c.Stamp)
-		if err := f.store(b, st, c.Key, &old, exists, &next, c.Stamp); err != nil {
-			return command.Result{}, err
-		}
-		if c.Op == command.OpGAT {
-			return command.Result{Status: command.StatusHit, Item: next}, nil
-		}
-		return command.Result{Status: command.StatusTouched}, nil
-	case command.OpDelete:
-		if exists {
-			if err := f.remove(b, st, c.Key, &old); err != nil {
-				return command.Result{}, err
-			}
-		}
-		if !live {
-			return command.Result{Status: command.StatusNotFound}, nil
-		}
-		return command.Result{Status: command.StatusDeleted}, nil
-	default:
-		return command.Result{Status: command.StatusInvalid}, nil
+	next, v, res := itemRule(c, &old, exists, st.flush, index)
+	switch v {
+	case put:
+		err = f.store(b, st, c.Key, &old, exists, &next)
+	case drop:
+		err = f.remove(b, st, c.Key, &old)
 	}
-	if err := f.store(b, st, c.Key, &old, exists, &next, c.Stamp); err != nil {
+	if err != nil {
 		return command.Result{}, err
-	}
-	res := command.Result{Status: command.StatusStored}
-	if visible(&next, horizons{}, c.Stamp) {
-		res.CAS = next.CAS
 	}
 	return res, nil
 }
@@ -914,9 +817,7 @@ func (f *FSM) applyExpire(b *pebble.Batch, st *applyState, c *command.Command) (
 		if err != nil {
 			return command.Result{}, err
 		}
-		// Only the version the sweeper saw, and only if it really is expired
-		// at this entry's time: a concurrent set or touch wins.
-		if !exists || old.CAS != kc.CAS || visible(&old, st.flush, c.Stamp) {
+		if !expireRule(&old, exists, kc.CAS, st.flush, c.Stamp) {
 			continue
 		}
 		if err := f.remove(b, st, kc.Key, &old); err != nil {
@@ -949,15 +850,9 @@ func (f *FSM) load(b *pebble.Batch, key []byte) (command.Item, bool, error) {
 	return readItem(v, key)
 }
 
-func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *command.Item, exists bool, next *command.Item, nowNs int64) error {
-	if next.ExpiresAt != 0 && next.ExpiresAt <= nowNs {
-		// Stored already expired (negative or past exptime): invisible from the
-		// start, so keep nothing.
-		if exists {
-			return f.remove(b, st, key, old)
-		}
-		return nil
-	}
+// store writes next under key in place of old (when exists), with its
+// expiry index entry and the counters.
+func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *command.Item, exists bool, next *command.Item) error {
 	if exists {
 		st.bytes -= int64(len(old.Value))
 		if old.ExpiresAt != 0 {
