@@ -7,6 +7,12 @@
 // The proposer (the kv service, on any node) calls Encode; the state machine
 // (fsm, on every node) calls Decode. Both are pure functions.
 //
+// The package also owns what applying an entry produces (result.go): the
+// Result and Status a request waits for, and the Item a read or gat returns.
+// fsm produces them, the replica carries them to the waiting request, and
+// the kv service and its listeners read them, none of them importing the
+// store that made them.
+//
 // Every node must apply every entry alike, including nodes of a cluster in
 // the middle of a rolling upgrade. An entry with a format version or an
 // operation a binary does not know fails Decode with ErrUnsupported, and

@@ -177,7 +177,7 @@ func TestItemCacheStaysWithinItsBudget(t *testing.T) {
 func TestItemCacheWithinOneBatch(t *testing.T) {
 	f := openWithCache(t, 0)
 	a := &applier{t: t, f: f}
-	require.Equal(t, StatusStored, a.do(set(command.OpSet, "k", "a")).Status)
+	require.Equal(t, command.StatusStored, a.do(set(command.OpSet, "k", "a")).Status)
 	_, ok, err := f.Get([]byte("k"), t0) // cached now
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -191,8 +191,8 @@ func TestItemCacheWithinOneBatch(t *testing.T) {
 	}
 	res, err := f.Apply(ents)
 	require.NoError(t, err)
-	statuses := []Status{res[0].Status, res[1].Status, res[2].Status, res[3].Status, res[4].Status}
-	require.Equal(t, []Status{StatusStored, StatusStored, StatusOK, StatusStored, StatusStored}, statuses)
+	statuses := []command.Status{res[0].Status, res[1].Status, res[2].Status, res[3].Status, res[4].Status}
+	require.Equal(t, []command.Status{command.StatusStored, command.StatusStored, command.StatusOK, command.StatusStored, command.StatusStored}, statuses)
 	it, ok, err := f.Get([]byte("k"), t0)
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -206,7 +206,7 @@ func TestItemCacheWithinOneBatch(t *testing.T) {
 func TestGetSharesTheCacheButCannotWriteIt(t *testing.T) {
 	f := openWithCache(t, 1<<20)
 	a := &applier{t: t, f: f}
-	require.Equal(t, StatusStored, a.do(set(command.OpSet, "k", "abc")).Status)
+	require.Equal(t, command.StatusStored, a.do(set(command.OpSet, "k", "abc")).Status)
 	for _, from := range []string{"cache after the write", "cache after the first get"} {
 		it, ok, err := f.Get([]byte("k"), t0)
 		require.NoError(t, err, from)
@@ -221,7 +221,7 @@ func TestGetSharesTheCacheButCannotWriteIt(t *testing.T) {
 	}
 	held, _, err := f.Get([]byte("k"), t0)
 	require.NoError(t, err)
-	require.Equal(t, StatusStored, a.do(set(command.OpAppend, "k", "def")).Status)
+	require.Equal(t, command.StatusStored, a.do(set(command.OpAppend, "k", "def")).Status)
 	now, _, err := f.Get([]byte("k"), t0)
 	require.NoError(t, err)
 	require.Equal(t, "abcdef", string(now.Value))
@@ -230,7 +230,7 @@ func TestGetSharesTheCacheButCannotWriteIt(t *testing.T) {
 	// Read from Pebble (no item cache): the same contract.
 	g := openWithCache(t, -1)
 	b := &applier{t: t, f: g}
-	require.Equal(t, StatusStored, b.do(set(command.OpSet, "k", "abc")).Status)
+	require.Equal(t, command.StatusStored, b.do(set(command.OpSet, "k", "abc")).Status)
 	it, ok, err := g.Get([]byte("k"), t0)
 	require.NoError(t, err)
 	require.True(t, ok)

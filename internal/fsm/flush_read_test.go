@@ -135,7 +135,7 @@ func TestVersionOneFarFutureExpiry(t *testing.T) {
 		binary.BigEndian.PutUint64(v1[5:], uint64(tc.sec))
 		require.NoError(t, f.db.Set(key, v1, pebble.NoSync))
 
-		var it Item
+		var it command.Item
 		require.NoError(t, decodeItem(v1, &it))
 		require.Equal(t, tc.want, it.ExpiresAt, "version 1 expiry %d s", tc.sec)
 	}

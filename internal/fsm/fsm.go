@@ -11,6 +11,12 @@
 // wrote. Sync reports that index, which the log may be truncated up to and
 // no further, and starts the flushes that advance it.
 //
+// What a command does to an item (set, add, cas, incr, touch, delete...)
+// is memcached's semantics, kept apart from the storage in rules.go: a pure
+// function of the old item, the command and its stamp, which Apply feeds
+// from Pebble and whose verdict it writes into its batch. How incr reads a
+// stored counter is such a rule too (counter.go), fsm's own, not a codec's.
+//
 // Two in-memory structures keep reads off Pebble, neither a source of truth:
 // the item cache (cache.go) holds recently read and written items, and the
 // key filter (keyfilter.go) answers "certainly absent" for keys never stored.
@@ -25,7 +31,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -35,44 +40,7 @@ import (
 	"github.com/kvd-project/kvd/internal/command"
 	"github.com/kvd-project/kvd/internal/durable"
 	"github.com/kvd-project/kvd/internal/failpoint"
-	"github.com/kvd-project/kvd/internal/mcproto"
 )
-
-// Status is the outcome of one applied command, in memcached's vocabulary.
-type Status uint8
-
-const (
-	// StatusNone: the entry carried no command (a raft no-op or already applied).
-	StatusNone Status = iota
-	StatusStored
-	StatusNotStored
-	StatusExists
-	StatusNotFound
-	StatusDeleted
-	StatusTouched
-	StatusOK
-	// StatusValue: incr/decr succeeded; Result.Value holds the new number.
-	StatusValue
-	// StatusHit: gat found the item; Result.Item holds it.
-	StatusHit
-	// StatusNonNumeric: incr/decr on a value that is not a decimal number.
-	StatusNonNumeric
-	// StatusTooLarge: append/prepend would exceed the item size limit.
-	StatusTooLarge
-	// StatusInvalid: the entry is corrupt (command.ErrCorrupt); every node
-	// skips it alike.
-	StatusInvalid
-)
-
-var statusNames = [...]string{"none", "stored", "not_stored", "exists", "not_found", "deleted",
-	"touched", "ok", "value", "hit", "non_numeric", "too_large", "invalid"}
-
-func (s Status) String() string {
-	if int(s) < len(statusNames) {
-		return statusNames[s]
-	}
-	return "status(" + strconv.Itoa(int(s)) + ")"
-}
 
 // Entry is one committed log entry handed to Apply.
 type Entry struct {
@@ -90,22 +58,6 @@ type MemberChange struct {
 	// Name and PeerAddr come with an add; a promotion carries none and
 	// keeps what the table holds.
 	Name, PeerAddr string
-}
-
-// Result is what applying one entry produced, for the request that proposed it.
-type Result struct {
-	ReqID  uint64
-	Status Status
-	Value  uint64 // StatusValue
-	Item   Item   // StatusHit; Value is a private copy
-	// CAS (StatusStored) is the stored item's CAS token, so a writer can
-	// make its next write conditional without reading the item back; 0
-	// when the item was stored already expired, as no read will see it.
-	CAS uint64
-	// Grew (StatusValue): the counter's digits outgrew the old value, where
-	// memcached stores a new item rather than rewrite it in place, and
-	// counts it in total_items.
-	Grew bool
 }
 
 // Options tunes the state store; zero values take the defaults.
@@ -412,7 +364,7 @@ func (f *FSM) pebbleFigures() pebbleFigures {
 // reader's clock): not expired and not hidden by a delayed flush_all.
 // The item's Value may be shared with the item cache: read it, never
 // write to it (its capacity ends with it, so an append copies).
-func (f *FSM) Get(key []byte, nowNs int64) (Item, bool, error) {
+func (f *FSM) Get(key []byte, nowNs int64) (command.Item, bool, error) {
 	// The horizon is read before the item: Apply publishes an item's new
 	// state (commit, cache) before the horizon that goes with it, so an item
 	// read after this load is at least as new as the horizon. Read the other
@@ -426,11 +378,11 @@ func (f *FSM) Get(key []byte, nowNs int64) (Item, bool, error) {
 	defer f.dbMu.RUnlock()
 	h := f.horizons()
 	if f.db == nil {
-		return Item{}, false, errNoStore
+		return command.Item{}, false, errNoStore
 	}
 	enc, ok, seq := f.cache.lookup(key)
 	if !ok && !f.keys.mayContain(key) {
-		return Item{}, false, nil
+		return command.Item{}, false, nil
 	}
 	if !ok {
 		// Declared here: Pebble's Get makes it escape, and a cache hit
@@ -439,10 +391,10 @@ func (f *FSM) Get(key []byte, nowNs int64) (Item, bool, error) {
 		v, closer, err := f.db.Get(dataKey(kb[:0], key))
 		if errors.Is(err, pebble.ErrNotFound) {
 			f.cache.fill(key, absent, seq)
-			return Item{}, false, nil
+			return command.Item{}, false, nil
 		}
 		if err != nil {
-			return Item{}, false, fmt.Errorf("get %q: %w", key, err)
+			return command.Item{}, false, fmt.Errorf("get %q: %w", key, err)
 		}
 		enc = append([]byte(nil), v...)
 		_ = closer.Close()
@@ -453,7 +405,7 @@ func (f *FSM) Get(key []byte, nowNs int64) (Item, bool, error) {
 	// not be copied once more for every get.
 	it, ok, err := viewItem(enc, key)
 	if err != nil || !ok || !visible(&it, h, nowNs) {
-		return Item{}, false, err
+		return command.Item{}, false, err
 	}
 	return it, true, nil
 }
@@ -461,7 +413,7 @@ func (f *FSM) Get(key []byte, nowNs int64) (Item, bool, error) {
 // readItem decodes an item's stored form, from Pebble's buffer or the item
 // cache; an empty enc is a key known absent. Value is a copy: the caller
 // may keep it after the buffer is released.
-func readItem(enc, key []byte) (Item, bool, error) {
+func readItem(enc, key []byte) (command.Item, bool, error) {
 	it, ok, err := viewItem(enc, key)
 	if ok {
 		it.Value = append([]byte(nil), it.Value...)
@@ -471,23 +423,17 @@ func readItem(enc, key []byte) (Item, bool, error) {
 
 // viewItem is readItem without the copy: Value aliases enc, with its
 // capacity cut to its length so that an append cannot write into enc.
-func viewItem(enc, key []byte) (Item, bool, error) {
+func viewItem(enc, key []byte) (command.Item, bool, error) {
 	if len(enc) == 0 {
-		return Item{}, false, nil
+		return command.Item{}, false, nil
 	}
-	var it Item
+	var it command.Item
 	if err := decodeItem(enc, &it); err != nil {
-		return Item{}, false, fmt.Errorf("read %q: %w", key, err)
+		return command.Item{}, false, fmt.Errorf("read %q: %w", key, err)
 	}
 	it.Value = it.Value[:len(it.Value):len(it.Value)]
 	return it, true, nil
 }
-
-// horizons are the delayed flush_all times an item's visibility depends on
-// (Unix ns; 0 = none): at, the last one, which hides what was stored before
-// it once it has come, and before, a passed one that a later flush_all
-// replaced, which hides what was stored before it for good.
-type horizons struct{ at, before int64 }
 
 // horizons reads the published horizons.
 func (f *FSM) horizons() horizons {
@@ -502,19 +448,6 @@ func (f *FSM) setHorizons(h horizons) {
 	if h != f.horizons() {
 		f.flush.Store(&h)
 	}
-}
-
-// visible is the one rule, for reads and for apply: an item is gone from its
-// expiry instant on, and once a delayed flush_all horizon has passed, so is
-// everything stored before it.
-func visible(it *Item, h horizons, nowNs int64) bool {
-	if it.ExpiresAt != 0 && it.ExpiresAt <= nowNs {
-		return false
-	}
-	if it.StoredAt < h.before {
-		return false
-	}
-	return h.at == 0 || nowNs < h.at || it.StoredAt >= h.at
 }
 
 // ExpiredBefore lists up to limit items whose expiry is at or before nowSec,
@@ -591,7 +524,7 @@ func (f *FSM) HiddenAfter(after []byte, steps int, maxBytes int64, nowNs int64) 
 		return nil, nil, fmt.Errorf("crawl for hidden items: %w", err)
 	}
 	defer iter.Close()
-	var it Item
+	var it command.Item
 	n, read := 0, int64(0)
 	ok := iter.First()
 	for ; ok && n < steps && read < maxBytes; ok = iter.Next() {
@@ -623,8 +556,8 @@ func (f *FSM) HiddenAfter(after []byte, steps int, maxBytes int64, nowNs int64) 
 // Result per entry. Entries at or below the applied index are skipped (a
 // restart replays the log from the last compaction point). An error means the
 // store could not be written: the caller must stop the node.
-func (f *FSM) Apply(ents []Entry) ([]Result, error) {
-	results := make([]Result, len(ents))
+func (f *FSM) Apply(ents []Entry) ([]command.Result, error) {
+	results := make([]command.Result, len(ents))
 	b := f.db.NewIndexedBatch()
 	defer b.Close()
 	f.cacheWrites, f.flushed = f.cacheWrites[:0], false
@@ -664,7 +597,7 @@ func (f *FSM) Apply(ents []Entry) ([]Result, error) {
 			f.logger.Error("skipping undecodable entry", "index", e.Index, "err", err)
 			// Addressed to its proposer when the header names one, which
 			// then learns now that nothing was done, not at its timeout.
-			results[i] = Result{ReqID: c.ReqID, Status: StatusInvalid}
+			results[i] = command.Result{ReqID: c.ReqID, Status: command.StatusInvalid}
 			continue
 		}
 		r, err := f.applyOne(b, &st, &c, e.Index)
@@ -748,7 +681,7 @@ type applyState struct {
 	membersChanged bool
 }
 
-func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, index uint64) (Result, error) {
+func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, index uint64) (command.Result, error) {
 	if c.Op == command.OpFlush {
 		return f.applyFlush(b, st, c)
 	}
@@ -764,7 +697,7 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 		// not (one downgraded since) must stop rather than apply what
 		// follows by older rules than its peers.
 		if c.ClusterVersion > command.ClusterVersionMax {
-			return Result{}, tooNew(c.ClusterVersion)
+			return command.Result{}, tooNew(c.ClusterVersion)
 		}
 		// The leader asked the members of the table it fingerprinted. A
 		// member added, replaced or re-addressed by an entry before this
@@ -774,112 +707,34 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 		if c.MemberTable != 0 {
 			ms, err := readMembers(b)
 			if err != nil {
-				return Result{}, err
+				return command.Result{}, err
 			}
 			if MemberTableSum(ms) != c.MemberTable {
-				return Result{Status: StatusNotStored}, nil
+				return command.Result{Status: command.StatusNotStored}, nil
 			}
 		}
 		st.clusterVersion = max(st.clusterVersion, c.ClusterVersion)
-		return Result{Status: StatusOK}, nil
+		return command.Result{Status: command.StatusOK}, nil
 	}
+	// An item's command: read the item, ask its rule, write the verdict.
 	old, exists, err := f.load(b, c.Key)
 	if err != nil {
-		return Result{}, err
+		return command.Result{}, err
 	}
-	live := exists && visible(&old, st.flush, c.Stamp)
-	next := Item{Flags: c.Flags, ExpiresAt: expiryOf(c.Exptime, c.Stamp), CAS: index, StoredAt: c.Stamp, Value: c.Value}
-
-	switch c.Op {
-	case command.OpSet:
-	case command.OpAdd:
-		if live {
-			return Result{Status: StatusNotStored}, nil
-		}
-	case command.OpReplace:
-		if !live {
-			return Result{Status: StatusNotStored}, nil
-		}
-	case command.OpCAS:
-		if !live {
-			return Result{Status: StatusNotFound}, nil
-		}
-		if old.CAS != c.CAS {
-			return Result{Status: StatusExists}, nil
-		}
-	case command.OpAppend, command.OpPrepend:
-		if !live {
-			return Result{Status: StatusNotStored}, nil
-		}
-		if uint64(len(old.Value))+uint64(len(c.Value)) > uint64(c.MaxSize) {
-			return Result{Status: StatusTooLarge}, nil
-		}
-		v := make([]byte, 0, len(old.Value)+len(c.Value))
-		if c.Op == command.OpAppend {
-			v = append(append(v, old.Value...), c.Value...)
-		} else {
-			v = append(append(v, c.Value...), old.Value...)
-		}
-		next.Flags, next.ExpiresAt, next.Value = old.Flags, old.ExpiresAt, v
-	case command.OpIncr, command.OpDecr:
-		if !live {
-			return Result{Status: StatusNotFound}, nil
-		}
-		n, ok := mcproto.ParseCounter(old.Value)
-		if !ok {
-			return Result{Status: StatusNonNumeric}, nil
-		}
-		if c.Op == command.OpIncr {
-			n += c.Delta // wraps at 2^64, as memcached does
-		} else if c.Delta > n {
-			n = 0
-		} else {
-			n -= c.Delta
-		}
-		next.Flags, next.ExpiresAt = old.Flags, old.ExpiresAt
-		next.Value = formatCounter(n, len(old.Value))
-		if err := f.store(b, st, c.Key, &old, exists, &next, c.Stamp); err != nil {
-			return Result{}, err
-		}
-		return Result{Status: StatusValue, Value: n, Grew: len(next.Value) > len(old.Value)}, nil
-	case command.OpTouch, command.OpGAT:
-		if !live {
-			return Result{Status: StatusNotFound}, nil
-		}
-		next = old
-		next.Value = append([]byte(nil), old.Value...)
-		next.ExpiresAt = expiryOf(c.Exptime, c.Stamp)
-		if err := f.store(b, st, c.Key, &old, exists, &next, c.Stamp); err != nil {
-			return Result{}, err
-		}
-		if c.Op == command.OpGAT {
-			return Result{Status: StatusHit, Item: next}, nil
-		}
-		return Result{Status: StatusTouched}, nil
-	case command.OpDelete:
-		if exists {
-			if err := f.remove(b, st, c.Key, &old); err != nil {
-				return Result{}, err
-			}
-		}
-		if !live {
-			return Result{Status: StatusNotFound}, nil
-		}
-		return Result{Status: StatusDeleted}, nil
-	default:
-		return Result{Status: StatusInvalid}, nil
+	next, v, res := itemRule(c, &old, exists, st.flush, index)
+	switch v {
+	case put:
+		err = f.store(b, st, c.Key, &old, exists, &next)
+	case drop:
+		err = f.remove(b, st, c.Key, &old)
 	}
-	if err := f.store(b, st, c.Key, &old, exists, &next, c.Stamp); err != nil {
-		return Result{}, err
-	}
-	res := Result{Status: StatusStored}
-	if visible(&next, horizons{}, c.Stamp) {
-		res.CAS = next.CAS
+	if err != nil {
+		return command.Result{}, err
 	}
 	return res, nil
 }
 
-func (f *FSM) applyFlush(b *pebble.Batch, st *applyState, c *command.Command) (Result, error) {
+func (f *FSM) applyFlush(b *pebble.Batch, st *applyState, c *command.Command) (command.Result, error) {
 	at := c.Stamp
 	if c.Delay > 0 {
 		at = expiryOf(c.Delay, c.Stamp)
@@ -906,17 +761,17 @@ func (f *FSM) applyFlush(b *pebble.Batch, st *applyState, c *command.Command) (R
 			if st.clusterVersion >= 3 {
 				st.flush.before = max(st.flush.before, st.flush.at)
 			} else if err := f.dropStoredBefore(b, st, st.flush.at); err != nil {
-				return Result{}, err
+				return command.Result{}, err
 			}
 		}
 		st.flush.at = at
-		return Result{Status: StatusOK}, nil
+		return command.Result{Status: command.StatusOK}, nil
 	}
 	// Immediate: everything stored before this entry goes, exactly at this
 	// point of the log; anything after it is visible, even in the same second.
 	for _, p := range []byte{prefixData, prefixExpiry} {
 		if err := b.DeleteRange([]byte{p}, []byte{p + 1}, nil); err != nil {
-			return Result{}, fmt.Errorf("flush_all: %w", err)
+			return command.Result{}, fmt.Errorf("flush_all: %w", err)
 		}
 	}
 	st.items, st.bytes, st.flush = 0, 0, horizons{}
@@ -925,7 +780,7 @@ func (f *FSM) applyFlush(b *pebble.Batch, st *applyState, c *command.Command) (R
 	// reachable from its reused array.
 	clear(f.cacheWrites)
 	f.flushed, f.cacheWrites = true, f.cacheWrites[:0]
-	return Result{Status: StatusOK}, nil
+	return command.Result{Status: command.StatusOK}, nil
 }
 
 // dropStoredBefore deletes every item stored before horizon, the passed
@@ -942,7 +797,7 @@ func (f *FSM) dropStoredBefore(b *pebble.Batch, st *applyState, horizon int64) (
 			err = fmt.Errorf("flush_all: scan items: %w", cerr)
 		}
 	}()
-	var old Item
+	var old command.Item
 	for ok := it.First(); ok; ok = it.Next() {
 		key := it.Key()[1:]
 		v, err := it.ValueAndErr()
@@ -961,60 +816,52 @@ func (f *FSM) dropStoredBefore(b *pebble.Batch, st *applyState, horizon int64) (
 	return nil
 }
 
-func (f *FSM) applyExpire(b *pebble.Batch, st *applyState, c *command.Command) (Result, error) {
+func (f *FSM) applyExpire(b *pebble.Batch, st *applyState, c *command.Command) (command.Result, error) {
 	for _, kc := range c.Expired {
 		old, exists, err := f.load(b, kc.Key)
 		if err != nil {
-			return Result{}, err
+			return command.Result{}, err
 		}
-		// Only the version the sweeper saw, and only if it really is expired
-		// at this entry's time: a concurrent set or touch wins.
-		if !exists || old.CAS != kc.CAS || visible(&old, st.flush, c.Stamp) {
+		if !expireRule(&old, exists, kc.CAS, st.flush, c.Stamp) {
 			continue
 		}
 		if err := f.remove(b, st, kc.Key, &old); err != nil {
-			return Result{}, err
+			return command.Result{}, err
 		}
 	}
-	return Result{Status: StatusOK}, nil
+	return command.Result{Status: command.StatusOK}, nil
 }
 
 // load reads the item under key as the batch being applied sees it: from the
 // item cache, unless the batch itself changed the key (or flushed all).
-func (f *FSM) load(b *pebble.Batch, key []byte) (Item, bool, error) {
+func (f *FSM) load(b *pebble.Batch, key []byte) (command.Item, bool, error) {
 	if _, changed := f.inBatch[string(key)]; !changed && !f.flushed {
 		if enc, ok, _ := f.cache.lookup(key); ok {
 			return readItem(enc, key)
 		}
 	}
 	if !f.keys.mayContain(key) {
-		return Item{}, false, nil
+		return command.Item{}, false, nil
 	}
 	f.kbuf = dataKey(f.kbuf[:0], key)
 	v, closer, err := b.Get(f.kbuf)
 	if errors.Is(err, pebble.ErrNotFound) {
-		return Item{}, false, nil
+		return command.Item{}, false, nil
 	}
 	if err != nil {
-		return Item{}, false, fmt.Errorf("read %q: %w", key, err)
+		return command.Item{}, false, fmt.Errorf("read %q: %w", key, err)
 	}
 	defer closer.Close()
 	return readItem(v, key)
 }
 
-func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *Item, exists bool, next *Item, nowNs int64) error {
-	if next.ExpiresAt != 0 && next.ExpiresAt <= nowNs {
-		// Stored already expired (negative or past exptime): invisible from the
-		// start, so keep nothing.
-		if exists {
-			return f.remove(b, st, key, old)
-		}
-		return nil
-	}
+// store writes next under key in place of old (when exists), with its
+// expiry index entry and the counters.
+func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *command.Item, exists bool, next *command.Item) error {
 	if exists {
 		st.bytes -= int64(len(old.Value))
 		if old.ExpiresAt != 0 {
-			f.kbuf = expiryKey(f.kbuf[:0], old.ExpiresAt, key)
+			f.kbuf = expiryKey(f.kbuf[:0], old, key)
 			if err := b.Delete(f.kbuf, nil); err != nil {
 				return fmt.Errorf("unindex %q: %w", key, err)
 			}
@@ -1037,7 +884,7 @@ func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *Item, exis
 	if next.ExpiresAt != 0 {
 		var cas [8]byte
 		binary.BigEndian.PutUint64(cas[:], next.CAS)
-		f.kbuf = expiryKey(f.kbuf[:0], next.ExpiresAt, key)
+		f.kbuf = expiryKey(f.kbuf[:0], next, key)
 		if err := b.Set(f.kbuf, cas[:], nil); err != nil {
 			return fmt.Errorf("index %q: %w", key, err)
 		}
@@ -1045,7 +892,7 @@ func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *Item, exis
 	return nil
 }
 
-func (f *FSM) remove(b *pebble.Batch, st *applyState, key []byte, old *Item) error {
+func (f *FSM) remove(b *pebble.Batch, st *applyState, key []byte, old *command.Item) error {
 	st.items--
 	st.bytes -= int64(len(old.Value))
 	f.kbuf = dataKey(f.kbuf[:0], key)
@@ -1054,7 +901,7 @@ func (f *FSM) remove(b *pebble.Batch, st *applyState, key []byte, old *Item) err
 	}
 	f.cached(key, absent)
 	if old.ExpiresAt != 0 {
-		f.kbuf = expiryKey(f.kbuf[:0], old.ExpiresAt, key)
+		f.kbuf = expiryKey(f.kbuf[:0], old, key)
 		if err := b.Delete(f.kbuf, nil); err != nil {
 			return fmt.Errorf("unindex %q: %w", key, err)
 		}
@@ -1067,16 +914,6 @@ func (f *FSM) cached(key, enc []byte) {
 	k := append([]byte(nil), key...)
 	f.inBatch[string(k)] = struct{}{}
 	f.cacheWrites = append(f.cacheWrites, cacheWrite{key: k, enc: enc})
-}
-
-// formatCounter writes n; when the number got shorter, memcached rewrites the
-// value in place and pads it with spaces to the old length, and so do we.
-func formatCounter(n uint64, oldLen int) []byte {
-	v := strconv.AppendUint(nil, n, 10)
-	for len(v) < oldLen {
-		v = append(v, ' ')
-	}
-	return v
 }
 
 func getUint64(db *pebble.DB, key []byte) (uint64, error) {

@@ -85,7 +85,7 @@ type applier struct {
 	index uint64
 }
 
-func (a *applier) do(c command.Command) Result {
+func (a *applier) do(c command.Command) command.Result {
 	a.t.Helper()
 	res, err := a.f.Apply([]Entry{a.entry(c)})
 	require.NoError(a.t, err)
@@ -111,8 +111,8 @@ func set(op command.Op, key, val string) command.Command {
 func TestApplySemantics(t *testing.T) {
 	type step struct {
 		c      command.Command
-		status Status
-		value  uint64 // StatusValue
+		status command.Status
+		value  uint64 // command.StatusValue
 		get    string // after the step, the value of c.Key at t0 ("-" = missing)
 	}
 	incr := func(k string, d uint64) command.Command {
@@ -124,52 +124,52 @@ func TestApplySemantics(t *testing.T) {
 	key := func(op command.Op, k string) command.Command { return command.Command{Op: op, Key: []byte(k)} }
 	cases := map[string][]step{
 		"set overwrites": {
-			{set(command.OpSet, "a", "1"), StatusStored, 0, "1"},
-			{set(command.OpSet, "a", "2"), StatusStored, 0, "2"},
+			{set(command.OpSet, "a", "1"), command.StatusStored, 0, "1"},
+			{set(command.OpSet, "a", "2"), command.StatusStored, 0, "2"},
 		},
 		"add only when absent": {
-			{set(command.OpAdd, "a", "1"), StatusStored, 0, "1"},
-			{set(command.OpAdd, "a", "2"), StatusNotStored, 0, "1"},
+			{set(command.OpAdd, "a", "1"), command.StatusStored, 0, "1"},
+			{set(command.OpAdd, "a", "2"), command.StatusNotStored, 0, "1"},
 		},
 		"replace only when present": {
-			{set(command.OpReplace, "a", "1"), StatusNotStored, 0, "-"},
-			{set(command.OpSet, "a", "1"), StatusStored, 0, "1"},
-			{set(command.OpReplace, "a", "2"), StatusStored, 0, "2"},
+			{set(command.OpReplace, "a", "1"), command.StatusNotStored, 0, "-"},
+			{set(command.OpSet, "a", "1"), command.StatusStored, 0, "1"},
+			{set(command.OpReplace, "a", "2"), command.StatusStored, 0, "2"},
 		},
 		"append and prepend": {
-			{set(command.OpAppend, "a", "x"), StatusNotStored, 0, "-"},
-			{set(command.OpSet, "a", "mid"), StatusStored, 0, "mid"},
-			{set(command.OpAppend, "a", ">"), StatusStored, 0, "mid>"},
-			{set(command.OpPrepend, "a", "<"), StatusStored, 0, "<mid>"},
-			{command.Command{Op: command.OpAppend, Key: []byte("a"), Value: []byte("123456"), MaxSize: 10}, StatusTooLarge, 0, "<mid>"},
+			{set(command.OpAppend, "a", "x"), command.StatusNotStored, 0, "-"},
+			{set(command.OpSet, "a", "mid"), command.StatusStored, 0, "mid"},
+			{set(command.OpAppend, "a", ">"), command.StatusStored, 0, "mid>"},
+			{set(command.OpPrepend, "a", "<"), command.StatusStored, 0, "<mid>"},
+			{command.Command{Op: command.OpAppend, Key: []byte("a"), Value: []byte("123456"), MaxSize: 10}, command.StatusTooLarge, 0, "<mid>"},
 		},
 		"incr and decr": {
-			{incr("n", 1), StatusNotFound, 0, "-"},
-			{set(command.OpSet, "n", "10"), StatusStored, 0, "10"},
-			{decr("n", 1), StatusValue, 9, "9 "}, // memcached pads an in-place shrink
-			{incr("n", 1), StatusValue, 10, "10"},
-			{decr("n", 100), StatusValue, 0, "0 "},
-			{set(command.OpSet, "n", "18446744073709551615"), StatusStored, 0, "18446744073709551615"},
-			{incr("n", 2), StatusValue, 1, "1                   "},
-			{set(command.OpSet, "n", "abc"), StatusStored, 0, "abc"},
-			{incr("n", 1), StatusNonNumeric, 0, "abc"},
-			{set(command.OpSet, "n", "18446744073709551616"), StatusStored, 0, "18446744073709551616"},
-			{incr("n", 1), StatusNonNumeric, 0, "18446744073709551616"},
+			{incr("n", 1), command.StatusNotFound, 0, "-"},
+			{set(command.OpSet, "n", "10"), command.StatusStored, 0, "10"},
+			{decr("n", 1), command.StatusValue, 9, "9 "}, // memcached pads an in-place shrink
+			{incr("n", 1), command.StatusValue, 10, "10"},
+			{decr("n", 100), command.StatusValue, 0, "0 "},
+			{set(command.OpSet, "n", "18446744073709551615"), command.StatusStored, 0, "18446744073709551615"},
+			{incr("n", 2), command.StatusValue, 1, "1                   "},
+			{set(command.OpSet, "n", "abc"), command.StatusStored, 0, "abc"},
+			{incr("n", 1), command.StatusNonNumeric, 0, "abc"},
+			{set(command.OpSet, "n", "18446744073709551616"), command.StatusStored, 0, "18446744073709551616"},
+			{incr("n", 1), command.StatusNonNumeric, 0, "18446744073709551616"},
 		},
 		"delete": {
-			{key(command.OpDelete, "a"), StatusNotFound, 0, "-"},
-			{set(command.OpSet, "a", "1"), StatusStored, 0, "1"},
-			{key(command.OpDelete, "a"), StatusDeleted, 0, "-"},
+			{key(command.OpDelete, "a"), command.StatusNotFound, 0, "-"},
+			{set(command.OpSet, "a", "1"), command.StatusStored, 0, "1"},
+			{key(command.OpDelete, "a"), command.StatusDeleted, 0, "-"},
 		},
 		"negative exptime stores an expired item": {
-			{set(command.OpSet, "a", "1"), StatusStored, 0, "1"},
-			{command.Command{Op: command.OpSet, Key: []byte("a"), Value: []byte("2"), Exptime: -1}, StatusStored, 0, "-"},
-			{set(command.OpAdd, "a", "3"), StatusStored, 0, "3"},
+			{set(command.OpSet, "a", "1"), command.StatusStored, 0, "1"},
+			{command.Command{Op: command.OpSet, Key: []byte("a"), Value: []byte("2"), Exptime: -1}, command.StatusStored, 0, "-"},
+			{set(command.OpAdd, "a", "3"), command.StatusStored, 0, "3"},
 		},
 		"touch": {
-			{command.Command{Op: command.OpTouch, Key: []byte("a"), Exptime: 10}, StatusNotFound, 0, "-"},
-			{set(command.OpSet, "a", "1"), StatusStored, 0, "1"},
-			{command.Command{Op: command.OpTouch, Key: []byte("a"), Exptime: -1}, StatusTouched, 0, "-"},
+			{command.Command{Op: command.OpTouch, Key: []byte("a"), Exptime: 10}, command.StatusNotFound, 0, "-"},
+			{set(command.OpSet, "a", "1"), command.StatusStored, 0, "1"},
+			{command.Command{Op: command.OpTouch, Key: []byte("a"), Exptime: -1}, command.StatusTouched, 0, "-"},
 		},
 	}
 	for name, steps := range cases {
@@ -180,7 +180,7 @@ func TestApplySemantics(t *testing.T) {
 			for i, s := range steps {
 				r := a.do(s.c)
 				require.Equal(t, s.status, r.Status, "step %d (%s)", i, command.Describe(&s.c))
-				if s.status == StatusValue {
+				if s.status == command.StatusValue {
 					require.Equal(t, s.value, r.Value, "step %d", i)
 				}
 				it, ok, err := f.Get(s.c.Key, t0)
@@ -206,17 +206,17 @@ func TestCASIsTheRaftIndexAndSurvivesReopen(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, uint64(1), it.CAS)
 
-	cas := func(token uint64, v string) Result {
+	cas := func(token uint64, v string) command.Result {
 		c := set(command.OpCAS, "a", v)
 		c.CAS = token
 		return a.do(c)
 	}
-	require.Equal(t, StatusExists, cas(it.CAS+1, "x").Status)
-	require.Equal(t, StatusStored, cas(it.CAS, "2").Status)
-	require.Equal(t, StatusExists, cas(it.CAS, "3").Status, "a token is good once")
+	require.Equal(t, command.StatusExists, cas(it.CAS+1, "x").Status)
+	require.Equal(t, command.StatusStored, cas(it.CAS, "2").Status)
+	require.Equal(t, command.StatusExists, cas(it.CAS, "3").Status, "a token is good once")
 	c := set(command.OpCAS, "missing", "v")
 	c.CAS = 1
-	require.Equal(t, StatusNotFound, a.do(c).Status)
+	require.Equal(t, command.StatusNotFound, a.do(c).Status)
 
 	// touch keeps the token; incr changes it.
 	a.do(command.Command{Op: command.OpTouch, Key: []byte("a"), Exptime: 100})
@@ -256,8 +256,8 @@ func TestReplaySkipsAppliedEntries(t *testing.T) {
 	// nothing changes, no results.
 	res, err := f.Apply(append(ents, mk(4, "c")))
 	require.NoError(t, err)
-	require.Equal(t, StatusNone, res[0].Status)
-	require.Equal(t, StatusStored, res[3].Status)
+	require.Equal(t, command.StatusNone, res[0].Status)
+	require.Equal(t, command.StatusStored, res[3].Status)
 	it, _, _ := f.Get([]byte("k"), t0)
 	require.Equal(t, "abc", string(it.Value))
 
@@ -297,7 +297,7 @@ func TestExpiry(t *testing.T) {
 	require.False(t, ok)
 	add := set(command.OpAdd, "relative", "new")
 	add.Stamp = (now + 10) * 1e9
-	require.Equal(t, StatusStored, a.do(add).Status)
+	require.Equal(t, command.StatusStored, a.do(add).Status)
 
 	// The sweep sees what is due, and an expire entry deletes only the
 	// version it names.
@@ -338,7 +338,7 @@ func TestRelativeExpiryIsExact(t *testing.T) {
 				c = command.Command{Op: command.OpTouch, Key: []byte(key)}
 			}
 			c.Exptime, c.Stamp = n, stamp
-			require.NotEqual(t, StatusNotFound, a.do(c).Status, key)
+			require.NotEqual(t, command.StatusNotFound, a.do(c).Status, key)
 			_, ok, err := f.Get([]byte(key), stamp+n*1e9-1)
 			require.NoError(t, err)
 			require.True(t, ok, "%s: gone before %ds", key, n)
@@ -459,7 +459,7 @@ func TestUndecodableEntryAnswersItsProposer(t *testing.T) {
 		applied := f.AppliedIndex()
 		res, err := f.Apply([]Entry{{Index: applied + 1, Data: bad}})
 		require.NoError(t, err)
-		require.Equal(t, Result{ReqID: 0xabc, Status: StatusInvalid}, res[0])
+		require.Equal(t, command.Result{ReqID: 0xabc, Status: command.StatusInvalid}, res[0])
 		require.Equal(t, applied+1, f.AppliedIndex())
 		_, ok, err := f.Get([]byte("k"), t0)
 		require.NoError(t, err)
@@ -580,7 +580,7 @@ func TestDelayedFlushReplacedAfterItsHorizonStaysFlushed(t *testing.T) {
 			}
 			add := set(command.OpAdd, "old", "x")
 			add.Stamp = t0 + 22e9
-			require.Equal(t, StatusStored, a.do(add).Status)
+			require.Equal(t, command.StatusStored, a.do(add).Status)
 
 			// An immediate flush_all deletes everything and ends both
 			// horizons: what is stored after it is visible whenever.
@@ -638,7 +638,7 @@ func TestFlushAllAbsoluteTimeInThePast(t *testing.T) {
 			if tt.pending {
 				a.do(command.Command{Op: command.OpFlush, Delay: 10, Stamp: t0})
 			}
-			require.Equal(t, StatusOK, a.do(command.Command{Op: command.OpFlush, Delay: tt.delay, Stamp: t0 + 1}).Status)
+			require.Equal(t, command.StatusOK, a.do(command.Command{Op: command.OpFlush, Delay: tt.delay, Stamp: t0 + 1}).Status)
 			var got []string
 			for _, k := range []string{"older", "newer"} {
 				_, ok, err := f.Get([]byte(k), t0+3600e9)
@@ -668,7 +668,7 @@ func TestClusterVersion(t *testing.T) {
 	f := openTest(t, dir)
 	require.Equal(t, uint64(1), f.ClusterVersion(), "a store that never recorded one")
 	a := &applier{t: t, f: f}
-	require.Equal(t, StatusOK, a.do(command.Command{Op: command.OpClusterVersion, ClusterVersion: 2}).Status)
+	require.Equal(t, command.StatusOK, a.do(command.Command{Op: command.OpClusterVersion, ClusterVersion: 2}).Status)
 	require.Equal(t, uint64(2), f.ClusterVersion())
 	require.NoError(t, f.Close())
 
@@ -728,9 +728,9 @@ func TestClusterVersionMemberTableChanged(t *testing.T) {
 			batch = append(batch, a.entry(raise))
 			res, err := f.Apply(batch)
 			require.NoError(t, err)
-			want := StatusOK
+			want := command.StatusOK
 			if tc.want == 1 {
-				want = StatusNotStored
+				want = command.StatusNotStored
 			}
 			require.Equal(t, want, res[len(res)-1].Status)
 			require.Equal(t, tc.want, f.ClusterVersion())

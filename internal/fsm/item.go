@@ -4,34 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/kvd-project/kvd/internal/command"
 )
-
-// Item is one stored value as clients see it.
-type Item struct {
-	Flags uint32
-	// ExpiresAt is when the item goes (Unix ns; 0 means never): it is
-	// visible before that instant and gone from it on.
-	ExpiresAt int64
-	// CAS is the raft index of the entry that last changed the value, so every
-	// node hands out the same token and tokens survive failover and restart.
-	CAS uint64
-	// StoredAt is the stamp (Unix ns) of the entry that last changed the value;
-	// a delayed flush_all hides items stored before its horizon.
-	StoredAt int64
-	Value    []byte
-}
-
-// ExpirySec is the first whole Unix second at which the item is gone (0:
-// never), as memcached and the expiry index count.
-func (it *Item) ExpirySec() int64 { return ceilSec(it.ExpiresAt) }
-
-func ceilSec(ns int64) int64 {
-	sec := ns / 1e9
-	if ns%1e9 > 0 {
-		sec++ // never overflows: ns/1e9 is far below MaxInt64
-	}
-	return sec
-}
 
 // Item versions. Version 1 kept the expiry in whole seconds, which made a
 // relative exptime count from the current second, so an item could go up
@@ -43,7 +18,7 @@ const (
 	itemHeaderLen  = 1 + 4 + 8 + 8 + 8
 )
 
-func encodeItem(dst []byte, it *Item) []byte {
+func encodeItem(dst []byte, it *command.Item) []byte {
 	dst = append(dst, itemVersion)
 	dst = binary.BigEndian.AppendUint32(dst, it.Flags)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(it.ExpiresAt))
@@ -53,7 +28,7 @@ func encodeItem(dst []byte, it *Item) []byte {
 }
 
 // decodeItem parses b; Value aliases b.
-func decodeItem(b []byte, it *Item) error {
+func decodeItem(b []byte, it *command.Item) error {
 	if len(b) < itemHeaderLen || (b[0] != itemVersion && b[0] != itemVersionSec) {
 		return fmt.Errorf("decode item: bad header (%d bytes, version %d)", len(b), firstByte(b))
 	}
@@ -122,12 +97,12 @@ func dataKey(dst, key []byte) []byte {
 	return append(dst, key...)
 }
 
-// expiryKey indexes an item expiring at expiresAt (Unix ns) under the first
+// expiryKey indexes an item by its expiry, under the first
 // whole second at which it is gone, the unit of the sweep (ExpiredBefore);
 // version 1 items, whose expiry was whole seconds, keep their index keys.
-func expiryKey(dst []byte, expiresAt int64, key []byte) []byte {
+func expiryKey(dst []byte, it *command.Item, key []byte) []byte {
 	dst = append(dst, prefixExpiry)
-	dst = binary.BigEndian.AppendUint64(dst, uint64(ceilSec(expiresAt)))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(it.ExpirySec()))
 	return append(dst, key...)
 }
 

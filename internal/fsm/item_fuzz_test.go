@@ -3,6 +3,8 @@ package fsm
 import (
 	"bytes"
 	"testing"
+
+	"github.com/kvd-project/kvd/internal/command"
 )
 
 // FuzzDecodeItem checks the stored item's decoder, which reads whatever the
@@ -10,16 +12,16 @@ import (
 // takes only the two versions it knows, and a version 2 item it accepts
 // encodes back to the same bytes.
 func FuzzDecodeItem(f *testing.F) {
-	f.Add(encodeItem(nil, &Item{Flags: 7, ExpiresAt: 1_700_000_000_123_456_789, CAS: 42, StoredAt: 1_699_999_999_000_000_000, Value: []byte("hello")}))
-	f.Add(encodeItem(nil, &Item{}))
-	v1 := encodeItem(nil, &Item{ExpiresAt: 1_700_000_000, Value: []byte("x")})
+	f.Add(encodeItem(nil, &command.Item{Flags: 7, ExpiresAt: 1_700_000_000_123_456_789, CAS: 42, StoredAt: 1_699_999_999_000_000_000, Value: []byte("hello")}))
+	f.Add(encodeItem(nil, &command.Item{}))
+	v1 := encodeItem(nil, &command.Item{ExpiresAt: 1_700_000_000, Value: []byte("x")})
 	v1[0] = itemVersionSec
 	f.Add(v1)
 	f.Add([]byte{})
 	f.Add([]byte{itemVersion, 0, 0})
 	f.Add(bytes.Repeat([]byte{0xff}, itemHeaderLen))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var it Item
+		var it command.Item
 		if err := decodeItem(b, &it); err != nil {
 			return
 		}

@@ -72,7 +72,7 @@ func setPrefixed(t *testing.T, a *applier, prefix string, n, batch int) {
 		res, err := a.f.Apply(ents)
 		require.NoError(t, err)
 		for _, r := range res {
-			require.Equal(t, StatusStored, r.Status)
+			require.Equal(t, command.StatusStored, r.Status)
 		}
 	}
 }
@@ -122,7 +122,7 @@ func TestKeyFilterKeepsEveryKey(t *testing.T) {
 
 	// flush_all empties the store; the next filter is rebuilt from nothing,
 	// and keys written after it are found.
-	require.Equal(t, StatusOK, a.do(command.Command{Op: command.OpFlush}).Status)
+	require.Equal(t, command.StatusOK, a.do(command.Command{Op: command.OpFlush}).Status)
 	setPrefixed(t, a, "c", 100, 10)
 	settle(f)
 	requireKeys(t, f, "a", 3000, false)

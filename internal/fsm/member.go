@@ -77,10 +77,10 @@ func (f *FSM) applyMemberChange(b *pebble.Batch, c *MemberChange) error {
 // could resurrect them because the proposer checks membership first, and a
 // stale publish that races a removal leaves only an address row for an ID
 // raft no longer lists, which readers ignore.
-func (f *FSM) applyMemberAttrs(b *pebble.Batch, a *command.MemberAttrs) (Result, error) {
+func (f *FSM) applyMemberAttrs(b *pebble.Batch, a *command.MemberAttrs) (command.Result, error) {
 	m, _, err := loadMember(b, a.ID)
 	if err != nil {
-		return Result{}, err
+		return command.Result{}, err
 	}
 	m.ID = a.ID
 	for _, kv := range []struct {
@@ -92,9 +92,9 @@ func (f *FSM) applyMemberAttrs(b *pebble.Batch, a *command.MemberAttrs) (Result,
 		}
 	}
 	if err := storeMember(b, m); err != nil {
-		return Result{}, err
+		return command.Result{}, err
 	}
-	return Result{Status: StatusStored}, nil
+	return command.Result{Status: command.StatusStored}, nil
 }
 
 // memberTable is the cached member table and the applied index it is the

@@ -22,7 +22,7 @@ type readObs struct {
 }
 
 // describeRead renders a Get's outcome for comparison.
-func describeRead(it Item, ok bool) string {
+func describeRead(it command.Item, ok bool) string {
 	if !ok {
 		return "absent"
 	}

@@ -5,22 +5,9 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
-)
 
-// ScanItem is one item found by Scan: its key and metadata. The value is not
-// copied (a listing of a thousand 1 MiB items must not hold a gigabyte);
-// Get reads one value.
-type ScanItem struct {
-	Key   []byte
-	Flags uint32
-	// Expiry is the first Unix second at which the item is gone; 0 means
-	// never.
-	Expiry int64
-	// CAS is the item's CAS token (the raft index that last changed it).
-	CAS uint64
-	// Size is the value's length in bytes.
-	Size int
-}
+	"github.com/kvd-project/kvd/internal/command"
+)
 
 // MaxScanLimit bounds one Scan call.
 const MaxScanLimit = 10000
@@ -49,9 +36,9 @@ var scanBudget = struct {
 // items costs time but never holds the store for long; the pages of one
 // call are each consistent, not the whole. A caller that answers a client
 // should prefer ScanPage, whose work per call is bounded.
-func (f *FSM) Scan(prefix, after []byte, limit int, nowNs int64) ([]ScanItem, error) {
+func (f *FSM) Scan(prefix, after []byte, limit int, nowNs int64) ([]command.ScanItem, error) {
 	limit = min(limit, MaxScanLimit)
-	var out []ScanItem
+	var out []command.ScanItem
 	for len(out) < limit {
 		items, next, err := f.ScanPage(prefix, after, limit-len(out), nowNs)
 		if err != nil {
@@ -72,7 +59,7 @@ func (f *FSM) Scan(prefix, after []byte, limit int, nowNs int64) ([]ScanItem, er
 // range (resume with after = next), nil when it read the range to its end.
 // A page may thus hold fewer than limit items, even none, and still have a
 // next; next always sorts strictly after after, so following it ends.
-func (f *FSM) ScanPage(prefix, after []byte, limit int, nowNs int64) (items []ScanItem, next []byte, err error) {
+func (f *FSM) ScanPage(prefix, after []byte, limit int, nowNs int64) (items []command.ScanItem, next []byte, err error) {
 	if limit <= 0 {
 		return nil, nil, nil
 	}
@@ -99,7 +86,7 @@ func (f *FSM) ScanPage(prefix, after []byte, limit int, nowNs int64) (items []Sc
 		return nil, nil, fmt.Errorf("scan %q: %w", prefix, err)
 	}
 	defer iter.Close()
-	var it Item
+	var it command.Item
 	steps, read := 0, int64(0)
 	ok := iter.First()
 	for ; ok && len(items) < limit && steps < scanBudget.steps && read < scanBudget.bytes; ok = iter.Next() {
@@ -117,7 +104,7 @@ func (f *FSM) ScanPage(prefix, after []byte, limit int, nowNs int64) (items []Sc
 		if !visible(&it, h, nowNs) {
 			continue
 		}
-		items = append(items, ScanItem{
+		items = append(items, command.ScanItem{
 			Key:    bytes.Clone(k[1:]),
 			Flags:  it.Flags,
 			Expiry: it.ExpirySec(),

@@ -67,7 +67,7 @@ func TestScan(t *testing.T) {
 	items, err := f.Scan([]byte("user:1"), nil, 1, now)
 	require.NoError(t, err)
 	require.Len(t, items, 1)
-	require.Equal(t, ScanItem{Key: []byte("user:1"), CAS: 3, Size: len("v-user:1")}, items[0])
+	require.Equal(t, command.ScanItem{Key: []byte("user:1"), CAS: 3, Size: len("v-user:1")}, items[0])
 
 	// Flush hides everything; keys stored after it show again.
 	a.do(command.Command{Op: command.OpFlush})

@@ -46,9 +46,9 @@ func (f *faulty) Status() kv.ReplicaStatus {
 	return st
 }
 
-func (f *faulty) Do(ctx context.Context, c *command.Command) (kv.Result, error) {
+func (f *faulty) Do(ctx context.Context, c *command.Command) (command.Result, error) {
 	if f.doErr != nil {
-		return kv.Result{}, f.doErr
+		return command.Result{}, f.doErr
 	}
 	return f.Service.Do(ctx, c)
 }
@@ -60,7 +60,7 @@ func (f *faulty) Barrier(ctx context.Context, level kv.Consistency) error {
 	return f.Service.Barrier(ctx, level)
 }
 
-func (f *faulty) List(ctx context.Context, level kv.Consistency, prefix, after []byte, limit int) ([]kv.ScanItem, error) {
+func (f *faulty) List(ctx context.Context, level kv.Consistency, prefix, after []byte, limit int) ([]command.ScanItem, error) {
 	if f.listErr != nil {
 		return nil, f.listErr
 	}

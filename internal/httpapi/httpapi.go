@@ -37,10 +37,10 @@ import (
 
 // Service is the kv service as the HTTP API uses it (*kv.Service).
 type Service interface {
-	Do(ctx context.Context, c *command.Command) (kv.Result, error)
+	Do(ctx context.Context, c *command.Command) (command.Result, error)
 	Barrier(ctx context.Context, level kv.Consistency) error
-	Get(key []byte) (kv.Item, bool, error)
-	List(ctx context.Context, level kv.Consistency, prefix, after []byte, limit int) ([]kv.ScanItem, error)
+	Get(key []byte) (command.Item, bool, error)
+	List(ctx context.Context, level kv.Consistency, prefix, after []byte, limit int) ([]command.ScanItem, error)
 	Status() kv.ReplicaStatus
 	StoreStats() kv.StoreStats
 	Config() kv.Config

@@ -240,20 +240,20 @@ func (a *api) putKey(w http.ResponseWriter, r *http.Request, rawKey string) stri
 		return a.failErr(w, r, err)
 	}
 	switch {
-	case res.Status == kv.StatusStored:
+	case res.Status == command.StatusStored:
 		if res.CAS != 0 {
 			w.Header().Set("ETag", formatETag(res.CAS))
 		}
 		w.WriteHeader(http.StatusNoContent)
 		return "stored"
-	case res.Status == kv.StatusNotStored && c.Op == command.OpAdd:
+	case res.Status == command.StatusNotStored && c.Op == command.OpAdd:
 		writeError(w, http.StatusPreconditionFailed, "precondition_failed", "key exists (If-None-Match: *)")
 		return "precondition_failed"
-	case res.Status == kv.StatusNotStored && c.Op == command.OpReplace,
-		res.Status == kv.StatusNotFound && c.Op == command.OpCAS:
+	case res.Status == command.StatusNotStored && c.Op == command.OpReplace,
+		res.Status == command.StatusNotFound && c.Op == command.OpCAS:
 		writeError(w, http.StatusPreconditionFailed, "precondition_failed", "key not found (If-Match)")
 		return "precondition_failed"
-	case res.Status == kv.StatusExists && c.Op == command.OpCAS:
+	case res.Status == command.StatusExists && c.Op == command.OpCAS:
 		writeError(w, http.StatusPreconditionFailed, "cas_mismatch", "the item changed: its CAS token no longer matches If-Match")
 		return "cas_mismatch"
 	}
@@ -281,10 +281,10 @@ func (a *api) deleteKey(w http.ResponseWriter, r *http.Request, rawKey string) s
 		return a.failErr(w, r, err)
 	}
 	switch res.Status {
-	case kv.StatusDeleted:
+	case command.StatusDeleted:
 		w.WriteHeader(http.StatusNoContent)
 		return "deleted"
-	case kv.StatusNotFound:
+	case command.StatusNotFound:
 		writeError(w, http.StatusNotFound, "not_found", "key not found")
 		return "not_found"
 	}

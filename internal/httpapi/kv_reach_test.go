@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvd-project/kvd/internal/command"
-	"github.com/kvd-project/kvd/internal/kv"
 )
 
 // memcached splits a command line on spaces only, so the memcache port
@@ -23,7 +22,7 @@ func TestKeysTheMemcachePortStores(t *testing.T) {
 		t.Run(url.PathEscape(key), func(t *testing.T) {
 			res, err := n.KV().Do(t.Context(), &command.Command{Op: command.OpSet, Key: []byte(key), Value: []byte("v"), Flags: 3})
 			require.NoError(t, err)
-			require.Equal(t, kv.StatusStored, res.Status)
+			require.Equal(t, command.StatusStored, res.Status)
 			path := "/v1/kv/" + url.PathEscape(key)
 
 			r := c.get(path)

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvd-project/kvd/internal/command"
-	"github.com/kvd-project/kvd/internal/kv"
 )
 
 // The memcache port splits keys on spaces only, as memcached does, so a key
@@ -22,7 +21,7 @@ func TestListNextPastKeysWithControlBytes(t *testing.T) {
 	for _, k := range keys {
 		res, err := n.KV().Do(t.Context(), &command.Command{Op: command.OpSet, Key: []byte(k), Value: []byte("v")})
 		require.NoError(t, err)
-		require.Equal(t, kv.StatusStored, res.Status)
+		require.Equal(t, command.StatusStored, res.Status)
 	}
 	var got []string
 	path := "/v1/kv?prefix=c&limit=1"

@@ -56,7 +56,7 @@ type Replica interface {
 
 // Store is the state machine's read side.
 type Store interface {
-	Get(key []byte, nowNs int64) (fsm.Item, bool, error)
+	Get(key []byte, nowNs int64) (command.Item, bool, error)
 	Stats() fsm.Stats
 	ExpiredBefore(nowSec int64, limit int) ([]command.KeyCAS, error)
 	FlushHorizons() (at, before int64)
@@ -169,26 +169,22 @@ func (s *Service) Submit(ctx context.Context, c *command.Command) (*Call, error)
 
 // Wait returns the applied result, or an error: replica.ErrUnknownOutcome
 // when the deadline passed with the write possibly applied.
-func (c *Call) Wait(ctx context.Context) (fsm.Result, error) {
-	res, err := c.p.Wait(ctx, c.deadline)
+func (c *Call) Wait(ctx context.Context) (command.Result, error) {
+	r, err := c.p.Wait(ctx, c.deadline)
 	if err != nil {
-		return fsm.Result{}, err
+		return command.Result{}, err
 	}
-	r, ok := res.(fsm.Result)
-	if !ok {
-		return fsm.Result{}, fmt.Errorf("unexpected result type %T", res)
-	}
-	if r.Status == fsm.StatusInvalid {
+	if r.Status == command.StatusInvalid {
 		return r, ErrInvalid
 	}
 	return r, nil
 }
 
 // Do submits c and waits for its result.
-func (s *Service) Do(ctx context.Context, c *command.Command) (fsm.Result, error) {
+func (s *Service) Do(ctx context.Context, c *command.Command) (command.Result, error) {
 	call, err := s.Submit(ctx, c)
 	if err != nil {
-		return fsm.Result{}, err
+		return command.Result{}, err
 	}
 	return call.Wait(ctx)
 }
@@ -205,7 +201,7 @@ func (s *Service) Barrier(ctx context.Context, level Consistency) error {
 
 // Get reads one key from local state as of now; call Barrier first for a
 // linearizable read (once for a whole multi-get).
-func (s *Service) Get(key []byte) (fsm.Item, bool, error) {
+func (s *Service) Get(key []byte) (command.Item, bool, error) {
 	return s.store.Get(key, s.now().UnixNano())
 }
 
@@ -343,35 +339,16 @@ func (s *Service) crawlFlushed(ctx context.Context) error {
 	return nil
 }
 
-// The result vocabulary listeners need, re-exported so that they import kv
-// and never the state machine or the replica.
-type (
-	// Result is an applied command's outcome.
-	Result = fsm.Result
-	// Item is a stored value.
-	Item = fsm.Item
-	// Status names an outcome.
-	Status = fsm.Status
-	// Digest fingerprints the state at one applied index.
-	Digest = fsm.Digest
-)
+// Digest fingerprints the state at one applied index. Like StoreStats, it
+// is a report of the store for operators, which the HTTP listener hands on
+// as it is: named here so that listeners need not import the store.
+type Digest = fsm.Digest
 
-// Outcomes of applied commands.
-const (
-	StatusStored     = fsm.StatusStored
-	StatusNotStored  = fsm.StatusNotStored
-	StatusExists     = fsm.StatusExists
-	StatusNotFound   = fsm.StatusNotFound
-	StatusDeleted    = fsm.StatusDeleted
-	StatusTouched    = fsm.StatusTouched
-	StatusOK         = fsm.StatusOK
-	StatusValue      = fsm.StatusValue
-	StatusHit        = fsm.StatusHit
-	StatusNonNumeric = fsm.StatusNonNumeric
-	StatusTooLarge   = fsm.StatusTooLarge
-)
-
-// Errors a request can end with, beyond ErrNotReady and ErrInvalid.
+// The errors a request can end with. The replica defines them where they
+// arise; they are named here too because kv is the listeners' only door to
+// the node (they never import the replica), and each listener maps this
+// vocabulary onto its protocol's answers. Beyond these: ErrNotReady,
+// ErrInvalid and ErrNoSpace.
 var (
 	ErrNoLeader       = replica.ErrNoLeader
 	ErrBusy           = replica.ErrBusy

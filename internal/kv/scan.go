@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/kvd-project/kvd/internal/command"
 	"github.com/kvd-project/kvd/internal/fsm"
 	"github.com/kvd-project/kvd/internal/replica"
 )
@@ -15,7 +16,7 @@ type Scanner interface {
 	// ScanPage examines a bounded number of items after after and returns
 	// the visible ones (up to limit) and next, where to resume (nil at the
 	// end of the range); see fsm.FSM.ScanPage.
-	ScanPage(prefix, after []byte, limit int, nowNs int64) (items []fsm.ScanItem, next []byte, err error)
+	ScanPage(prefix, after []byte, limit int, nowNs int64) (items []command.ScanItem, next []byte, err error)
 }
 
 // ErrListUnsupported is returned by List when the store cannot list keys.
@@ -32,7 +33,7 @@ var ErrListUnsupported = errors.New("this store cannot list keys")
 // the store's lock for that step only; a listing of several steps may
 // combine snapshots (each after the barrier, so every item is still as new
 // as a linearizable read).
-func (s *Service) List(ctx context.Context, level Consistency, prefix, after []byte, limit int) ([]fsm.ScanItem, error) {
+func (s *Service) List(ctx context.Context, level Consistency, prefix, after []byte, limit int) ([]command.ScanItem, error) {
 	sc, ok := s.store.(Scanner)
 	if !ok {
 		return nil, ErrListUnsupported
@@ -42,7 +43,7 @@ func (s *Service) List(ctx context.Context, level Consistency, prefix, after []b
 	}
 	limit = min(limit, fsm.MaxScanLimit)
 	nowNs := s.now().UnixNano() // one clock for the whole listing
-	var out []fsm.ScanItem
+	var out []command.ScanItem
 	for len(out) < limit {
 		items, next, err := sc.ScanPage(prefix, after, limit-len(out), nowNs)
 		if err != nil {
@@ -60,12 +61,10 @@ func (s *Service) List(ctx context.Context, level Consistency, prefix, after []b
 	return out, nil
 }
 
-// More of the vocabulary the HTTP listener needs, re-exported like Result and
-// Item so that listeners import kv only.
+// The node's reports that listeners hand on (stats, the cluster view), named
+// here so that they import kv only: kv is their one door to the node.
 type (
-	// ScanItem is one item of a listing: key and metadata, no value.
-	ScanItem = fsm.ScanItem
-	// StoreStats are the state store's counters.
+	// StoreStats are the state store's counters (fsm.Stats).
 	StoreStats = fsm.Stats
 	// ReplicaStatus is the node's raft state.
 	ReplicaStatus = replica.Status

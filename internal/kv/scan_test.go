@@ -31,11 +31,11 @@ func (r *barrierReplica) ReadsAreLocal() bool { return false }
 type listStore struct {
 	calls  []string // in order: "scan"
 	nowNs  int64
-	result []fsm.ScanItem
+	result []command.ScanItem
 }
 
-func (s *listStore) Get([]byte, int64) (fsm.Item, bool, error) { return fsm.Item{}, false, nil }
-func (s *listStore) Stats() fsm.Stats                          { return fsm.Stats{} }
+func (s *listStore) Get([]byte, int64) (command.Item, bool, error) { return command.Item{}, false, nil }
+func (s *listStore) Stats() fsm.Stats                              { return fsm.Stats{} }
 func (s *listStore) ExpiredBefore(int64, int) ([]command.KeyCAS, error) {
 	return nil, nil
 }
@@ -53,11 +53,11 @@ type scanStore struct {
 }
 
 type scanPage struct {
-	items []fsm.ScanItem
+	items []command.ScanItem
 	next  string
 }
 
-func (s *scanStore) ScanPage(prefix, after []byte, limit int, nowNs int64) ([]fsm.ScanItem, []byte, error) {
+func (s *scanStore) ScanPage(prefix, after []byte, limit int, nowNs int64) ([]command.ScanItem, []byte, error) {
 	s.calls = append(s.calls, string(prefix)+"|"+string(after))
 	s.nowNs = nowNs
 	if s.onPage != nil {
@@ -82,7 +82,7 @@ func TestList(t *testing.T) {
 	cfg := Config{RequestTimeout: time.Second}
 
 	r := &barrierReplica{}
-	st := &scanStore{listStore: listStore{result: []fsm.ScanItem{{Key: []byte("a")}}}}
+	st := &scanStore{listStore: listStore{result: []command.ScanItem{{Key: []byte("a")}}}}
 	s := New(cfg, r, st, logger, clock)
 	items, err := s.List(context.Background(), Linearizable, []byte("p"), []byte("q"), 10)
 	require.NoError(t, err)
@@ -105,7 +105,7 @@ func TestList(t *testing.T) {
 	require.True(t, errors.Is(err, ErrListUnsupported))
 }
 
-func keysOf(items []fsm.ScanItem) []string {
+func keysOf(items []command.ScanItem) []string {
 	keys := make([]string, 0, len(items))
 	for _, it := range items {
 		keys = append(keys, string(it.Key))
@@ -113,10 +113,10 @@ func keysOf(items []fsm.ScanItem) []string {
 	return keys
 }
 
-func items(keys ...string) []fsm.ScanItem {
-	out := make([]fsm.ScanItem, 0, len(keys))
+func items(keys ...string) []command.ScanItem {
+	out := make([]command.ScanItem, 0, len(keys))
 	for _, k := range keys {
-		out = append(out, fsm.ScanItem{Key: []byte(k)})
+		out = append(out, command.ScanItem{Key: []byte(k)})
 	}
 	return out
 }

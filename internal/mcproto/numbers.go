@@ -84,23 +84,6 @@ func ParseUint32(tok []byte) (uint32, bool) {
 	return uint32(v), ok
 }
 
-// ParseCounter reads a stored value the way memcached's incr and decr do:
-// safe_strtoull over the item's data, which in memcached is followed by
-// "\r\n" (so the end of the value counts as whitespace) and read as a C
-// string (so a NUL ends it). Leading whitespace, a sign, leading zeros and
-// anything after a whitespace byte are accepted, as memcached accepts them:
-// a value an earlier decr padded with spaces and a client then appended
-// to still counts. A value of 2^63 or more with a '-' in it is refused, as
-// memcached refuses it; memcached's search for that '-' also runs on past
-// the value's "\r\n" into whatever memory follows, which is read here as
-// a fresh memcached's zeroed memory (no '-').
-func ParseCounter(v []byte) (uint64, bool) {
-	if i := bytes.IndexByte(v, 0); i >= 0 {
-		v = v[:i]
-	}
-	return ParseUint64(v)
-}
-
 // parseInt32 is memcached's safe_strtol stored into an int32_t.
 func ParseInt32(tok []byte) (int32, bool) {
 	mag, neg, _, ok := scanC(tok)

@@ -36,7 +36,7 @@ type State interface {
 // Proposer puts a command through the log and returns its applied result
 // (kv.Service): a member's addresses, a cluster version raise.
 type Proposer interface {
-	Do(ctx context.Context, c *command.Command) (fsm.Result, error)
+	Do(ctx context.Context, c *command.Command) (command.Result, error)
 }
 
 // Config is what the control plane needs of the node's configuration.

@@ -82,7 +82,7 @@ func (c *Controller) raiseClusterVersion(ctx context.Context) {
 		c.logger.Warn("raise the cluster version", "to", target, "err", err)
 		return
 	}
-	if res.Status != fsm.StatusOK {
+	if res.Status != command.StatusOK {
 		c.logger.Info("cluster version stays", "cluster_version", cur, "because", "the member table changed while the members were asked; asking again")
 		c.versionHeld = ""
 		return

@@ -28,7 +28,7 @@ type KV interface {
 	Submit(ctx context.Context, c *command.Command) (*kv.Call, error)
 	// Barrier makes the following Gets linearizable at level.
 	Barrier(ctx context.Context, level kv.Consistency) error
-	Get(key []byte) (kv.Item, bool, error)
+	Get(key []byte) (command.Item, bool, error)
 	Config() kv.Config
 	Status() kv.ReplicaStatus
 	StoreStats() kv.StoreStats

@@ -51,23 +51,23 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 		cmd := &command.Command{Op: storageOps[req.Op], Key: req.Keys[0], Value: req.Data,
 			Flags: req.Flags, Exptime: req.Exptime, CAS: req.CAS}
 		isCAS := req.Op == mcproto.OpCas
-		return ss.write(e, cmd, func(dst []byte, r kv.Result) []byte {
+		return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
 			switch r.Status {
-			case kv.StatusStored:
+			case command.StatusStored:
 				st.TotalItems.Add(1)
 				if isCAS {
 					st.CasHits.Add(1)
 				}
 				return enc.AppendStatus(dst, e, mcproto.StatusStored, r.CAS)
-			case kv.StatusNotStored:
+			case command.StatusNotStored:
 				return enc.AppendStatus(dst, e, mcproto.StatusNotStored, 0)
-			case kv.StatusExists:
+			case command.StatusExists:
 				st.CasBadval.Add(1)
 				return enc.AppendStatus(dst, e, mcproto.StatusExists, 0)
-			case kv.StatusNotFound:
+			case command.StatusNotFound:
 				st.CasMisses.Add(1)
 				return enc.AppendStatus(dst, e, mcproto.StatusNotFound, 0)
-			case kv.StatusTooLarge:
+			case command.StatusTooLarge:
 				// An append or prepend whose result would exceed the item
 				// size limit: memcached 1.6 fails to allocate the combined
 				// item and answers NOT_STORED, keeping the old value.
@@ -81,18 +81,18 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 			op, hits, misses = command.OpDecr, &st.DecrHits, &st.DecrMisses
 		}
 		cmd := &command.Command{Op: op, Key: req.Keys[0], Delta: req.Delta}
-		return ss.write(e, cmd, func(dst []byte, r kv.Result) []byte {
+		return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
 			switch r.Status {
-			case kv.StatusValue:
+			case command.StatusValue:
 				hits.Add(1)
 				if r.Grew {
 					st.TotalItems.Add(1)
 				}
 				return enc.AppendNumber(dst, e, r.Value, r.CAS)
-			case kv.StatusNotFound:
+			case command.StatusNotFound:
 				misses.Add(1)
 				return enc.AppendStatus(dst, e, mcproto.StatusNotFound, 0)
-			case kv.StatusNonNumeric:
+			case command.StatusNonNumeric:
 				return enc.AppendError(dst, e, mcproto.KindNonNumeric, "")
 			}
 			return ss.unexpected(dst, e, r)
@@ -100,12 +100,12 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 	case mcproto.OpTouch:
 		st.CmdTouch.Add(1)
 		cmd := &command.Command{Op: command.OpTouch, Key: req.Keys[0], Exptime: req.Exptime}
-		return ss.write(e, cmd, func(dst []byte, r kv.Result) []byte {
+		return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
 			switch r.Status {
-			case kv.StatusTouched:
+			case command.StatusTouched:
 				st.TouchHits.Add(1)
 				return enc.AppendStatus(dst, e, mcproto.StatusTouched, 0)
-			case kv.StatusNotFound:
+			case command.StatusNotFound:
 				st.TouchMisses.Add(1)
 				return enc.AppendStatus(dst, e, mcproto.StatusNotFound, 0)
 			}
@@ -113,12 +113,12 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 		})
 	case mcproto.OpDelete:
 		cmd := &command.Command{Op: command.OpDelete, Key: req.Keys[0]}
-		return ss.write(e, cmd, func(dst []byte, r kv.Result) []byte {
+		return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
 			switch r.Status {
-			case kv.StatusDeleted:
+			case command.StatusDeleted:
 				st.DeleteHits.Add(1)
 				return enc.AppendStatus(dst, e, mcproto.StatusDeleted, 0)
-			case kv.StatusNotFound:
+			case command.StatusNotFound:
 				st.DeleteMisses.Add(1)
 				return enc.AppendStatus(dst, e, mcproto.StatusNotFound, 0)
 			}
@@ -127,7 +127,7 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 	case mcproto.OpFlushAll:
 		st.CmdFlush.Add(1)
 		cmd := &command.Command{Op: command.OpFlush, Delay: max(req.Delay, 0)}
-		return ss.write(e, cmd, func(dst []byte, r kv.Result) []byte {
+		return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
 			return enc.AppendStatus(dst, e, mcproto.StatusOK, 0)
 		})
 	case mcproto.OpVersion:
@@ -197,10 +197,10 @@ func (ss *session) submit(cmd *command.Command) (*kv.Call, error) {
 }
 
 // pending builds a reply that waits for calls and renders their results.
-func (ss *session) pending(calls []*kv.Call, render func([]byte, []kv.Result, error) []byte) *mcserver.Reply {
+func (ss *session) pending(calls []*kv.Call, render func([]byte, []command.Result, error) []byte) *mcserver.Reply {
 	ctx := ss.c.Context()
 	return ss.c.Pending(func() []byte {
-		res := make([]kv.Result, len(calls))
+		res := make([]command.Result, len(calls))
 		var firstErr error
 		for i, call := range calls {
 			if call == nil {
@@ -217,7 +217,7 @@ func (ss *session) pending(calls []*kv.Call, render func([]byte, []kv.Result, er
 }
 
 // write submits one command and renders its result.
-func (ss *session) write(e mcproto.Echo, cmd *command.Command, render func([]byte, kv.Result) []byte) *mcserver.Reply {
+func (ss *session) write(e mcproto.Echo, cmd *command.Command, render func([]byte, command.Result) []byte) *mcserver.Reply {
 	st, which := ss.s.stats, e.Op
 	call, err := ss.submit(cmd)
 	if err != nil {
@@ -228,7 +228,7 @@ func (ss *session) write(e mcproto.Echo, cmd *command.Command, render func([]byt
 		st.count(which, ResultServerError, 1)
 		return mcserver.Final(ss.errorReply(nil, e, err))
 	}
-	return ss.pending([]*kv.Call{call}, func(dst []byte, res []kv.Result, err error) []byte {
+	return ss.pending([]*kv.Call{call}, func(dst []byte, res []command.Result, err error) []byte {
 		if err != nil {
 			st.ServerErrors.Add(1)
 			st.count(which, ResultServerError, 1)
@@ -240,31 +240,31 @@ func (ss *session) write(e mcproto.Echo, cmd *command.Command, render func([]byt
 }
 
 // statusResult classifies a write's outcome the way its reply reads.
-func statusResult(s kv.Status) Result {
+func statusResult(s command.Status) Result {
 	switch s {
-	case kv.StatusStored:
+	case command.StatusStored:
 		return ResultStored
-	case kv.StatusNotStored, kv.StatusTooLarge:
+	case command.StatusNotStored, command.StatusTooLarge:
 		return ResultNotStored
-	case kv.StatusExists:
+	case command.StatusExists:
 		return ResultExists
-	case kv.StatusNotFound:
+	case command.StatusNotFound:
 		return ResultNotFound
-	case kv.StatusDeleted:
+	case command.StatusDeleted:
 		return ResultDeleted
-	case kv.StatusTouched:
+	case command.StatusTouched:
 		return ResultTouched
-	case kv.StatusOK:
+	case command.StatusOK:
 		return ResultOK
-	case kv.StatusValue, kv.StatusHit:
+	case command.StatusValue, command.StatusHit:
 		return ResultHit
-	case kv.StatusNonNumeric:
+	case command.StatusNonNumeric:
 		return ResultClientError
 	}
 	return ResultServerError // unexpected
 }
 
-func (ss *session) unexpected(dst []byte, e mcproto.Echo, r kv.Result) []byte {
+func (ss *session) unexpected(dst []byte, e mcproto.Echo, r command.Result) []byte {
 	return ss.enc.AppendError(dst, e, mcproto.KindServer, "unexpected result "+r.Status.String())
 }
 
@@ -449,7 +449,7 @@ func (g *gatReply) chunk(keys [][]byte, last bool) (rp *mcserver.Reply, done <-c
 			// them, in their place, as every reply on a connection does.
 			st.ServerErrors.Add(1)
 			st.count(e.Op, ResultServerError, 1)
-			rp := ss.pending(calls[:i], func(dst []byte, _ []kv.Result, _ error) []byte {
+			rp := ss.pending(calls[:i], func(dst []byte, _ []command.Result, _ error) []byte {
 				if g.failed.Swap(true) {
 					return dst
 				}
@@ -459,7 +459,7 @@ func (g *gatReply) chunk(keys [][]byte, last bool) (rp *mcserver.Reply, done <-c
 		}
 		calls[i] = call
 	}
-	rp = ss.pending(calls, func(dst []byte, res []kv.Result, err error) []byte {
+	rp = ss.pending(calls, func(dst []byte, res []command.Result, err error) []byte {
 		if g.failed.Load() {
 			return dst
 		}
@@ -473,14 +473,14 @@ func (g *gatReply) chunk(keys [][]byte, last bool) (rp *mcserver.Reply, done <-c
 		// left copies of up to twice its size behind.
 		size := 0
 		for i, r := range res {
-			if r.Status == kv.StatusHit {
+			if r.Status == command.StatusHit {
 				size += len(copies[i]) + len(r.Item.Value) + valueHeaderMax
 			}
 		}
 		dst = slices.Grow(dst, size+endMax)
 		start := len(dst)
 		for i, r := range res {
-			if r.Status != kv.StatusHit {
+			if r.Status != command.StatusHit {
 				st.TouchMisses.Add(1)
 				st.count(e.Op, ResultMiss, 1)
 				dst = enc.AppendMiss(dst, e, copies[i])

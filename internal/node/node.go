@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvd-project/kvd/internal/command"
 	"github.com/kvd-project/kvd/internal/config"
 	"github.com/kvd-project/kvd/internal/fsm"
 	"github.com/kvd-project/kvd/internal/httpapi"
@@ -360,7 +361,11 @@ type fsmAdapter struct {
 	dataDir string
 }
 
-func (a fsmAdapter) Apply(ents []replica.Entry) ([]replica.Applied, error) {
+// Apply hands the entries to the state machine, a configuration change as
+// the member table's change (its context is the node's join format), and
+// its results back as they are: the replica delivers them to their
+// requests.
+func (a fsmAdapter) Apply(ents []replica.Entry) ([]command.Result, error) {
 	in := make([]fsm.Entry, len(ents))
 	for i, e := range ents {
 		in[i] = fsm.Entry{Index: e.Index, Data: e.Data}
@@ -368,17 +373,7 @@ func (a fsmAdapter) Apply(ents []replica.Entry) ([]replica.Applied, error) {
 			in[i].Member = memberChange(e.Conf)
 		}
 	}
-	res, err := a.f.Apply(in)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]replica.Applied, 0, len(res))
-	for _, r := range res {
-		if r.ReqID != 0 {
-			out = append(out, replica.Applied{ReqID: r.ReqID, Result: r})
-		}
-	}
-	return out, nil
+	return a.f.Apply(in)
 }
 
 func (a fsmAdapter) AppliedIndex() uint64  { return a.f.AppliedIndex() }

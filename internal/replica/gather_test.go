@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"github.com/kvd-project/kvd/internal/command"
 	"github.com/kvd-project/kvd/internal/raftlog"
 )
 
@@ -37,11 +38,11 @@ func (d slowDisk) Save(hs *pb.HardState, ents []*pb.Entry) error {
 // entry's data carries.
 type echoSM struct{ applied atomic.Uint64 }
 
-func (e *echoSM) Apply(ents []Entry) ([]Applied, error) {
-	var out []Applied
+func (e *echoSM) Apply(ents []Entry) ([]command.Result, error) {
+	var out []command.Result
 	for _, en := range ents {
 		if len(en.Data) == 8 {
-			out = append(out, Applied{ReqID: binary.BigEndian.Uint64(en.Data), Result: en.Index})
+			out = append(out, command.Result{ReqID: binary.BigEndian.Uint64(en.Data), Value: en.Index})
 		}
 		e.applied.Store(en.Index)
 	}

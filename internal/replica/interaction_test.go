@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvd-project/kvd/internal/command"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -340,10 +342,10 @@ type scriptSM struct {
 	data    []string
 }
 
-func (s *scriptSM) Apply(ents []Entry) ([]Applied, error) {
+func (s *scriptSM) Apply(ents []Entry) ([]command.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []Applied
+	var out []command.Result
 	for _, e := range ents {
 		if e.Index <= s.applied {
 			continue
@@ -351,7 +353,7 @@ func (s *scriptSM) Apply(ents []Entry) ([]Applied, error) {
 		s.applied = e.Index
 		if len(e.Data) >= 8 {
 			s.data = append(s.data, string(e.Data[8:]))
-			out = append(out, Applied{ReqID: binary.BigEndian.Uint64(e.Data), Result: e.Index})
+			out = append(out, command.Result{ReqID: binary.BigEndian.Uint64(e.Data), Status: command.StatusValue, Value: e.Index})
 		}
 	}
 	return out, nil

@@ -174,8 +174,7 @@ func (r *Replica) ChangeMember(ctx context.Context, reqID uint64, typ ConfChange
 	if o.Err != nil {
 		return 0, o.Err
 	}
-	index, _ := o.Result.(uint64)
-	return index, nil
+	return o.Index, nil
 }
 
 // checkConfProposed answers the configuration change proposed since the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvd-project/kvd/internal/command"
 	"github.com/kvd-project/kvd/internal/transport"
 )
 
@@ -125,7 +126,7 @@ type gatedConfSM struct {
 	entered, release chan struct{}
 }
 
-func (g *gatedConfSM) Apply(ents []Entry) ([]Applied, error) {
+func (g *gatedConfSM) Apply(ents []Entry) ([]command.Result, error) {
 	for _, e := range ents {
 		if e.Conf != nil {
 			close(g.entered)

@@ -43,6 +43,8 @@ import (
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kvd-project/kvd/internal/command"
 )
 
 // NodeID identifies a member of the raft group. It is never an address.
@@ -80,17 +82,16 @@ type Entry struct {
 	Conf *ConfChange
 }
 
-// Applied is one applied entry's result, addressed to the request that
-// proposed it (ReqID 0 when none did).
-type Applied struct {
-	ReqID  uint64
-	Result any
-}
-
-// StateMachine is what the replica applies to (fsm.FSM via an adapter).
+// StateMachine is what the replica applies to (fsm.FSM, through the node's
+// adapter, which turns a ConfChange into the member table's change).
 type StateMachine interface {
-	// Apply applies ents in order, skipping those at or below AppliedIndex.
-	Apply(ents []Entry) ([]Applied, error)
+	// Apply applies ents in order, skipping those at or below AppliedIndex,
+	// and returns their results: each is delivered to the waiting request
+	// its ReqID names (none for 0, or for a request proposed on another
+	// node). The results are typed in the log's own vocabulary (package
+	// command), so they reach Pending.Wait as they left apply, with no
+	// boxing or assertion on the way.
+	Apply(ents []Entry) ([]command.Result, error)
 	AppliedIndex() uint64
 	// Sync returns the highest applied index the state holds durably (the
 	// log is never compacted past it); it may start making more durable
@@ -498,7 +499,7 @@ func (p *Pending) release() {
 // (the zero time: only ctx), the error is ErrUnknownOutcome: the entry may
 // still commit. As in Propose, the deadline is not a context, so that a
 // write costs no context, and no timer when its outcome is already in.
-func (p *Pending) Wait(ctx context.Context, deadline time.Time) (any, error) {
+func (p *Pending) Wait(ctx context.Context, deadline time.Time) (command.Result, error) {
 	defer p.release()
 	select {
 	case o := <-p.ch:
@@ -521,15 +522,15 @@ func (p *Pending) Wait(ctx context.Context, deadline time.Time) (any, error) {
 		default:
 		}
 		p.r.proposalsFailed.Add(1)
-		return nil, ErrStopped
+		return command.Result{}, ErrStopped
 	case <-ctx.Done():
 	case <-expired:
 	}
 	p.r.proposalsFailed.Add(1)
-	return nil, ErrUnknownOutcome
+	return command.Result{}, ErrUnknownOutcome
 }
 
-func (p *Pending) outcome(o Outcome) (any, error) {
+func (p *Pending) outcome(o Outcome) (command.Result, error) {
 	if o.Err != nil {
 		p.r.proposalsFailed.Add(1)
 	} else {
@@ -1135,7 +1136,10 @@ func (r *Replica) send(msgs []*pb.Message) error {
 func (r *Replica) apply(committed []*pb.Entry) error {
 	ents := make([]Entry, len(committed))
 	bytes := 0
-	var changes []Applied // configuration changes proposed on this node
+	// Configuration changes proposed on this node: their callers learn
+	// the entry's index.
+	type change struct{ reqID, index uint64 }
+	var changes []change
 	for i, e := range committed {
 		ents[i] = Entry{Index: e.GetIndex()}
 		bytes += len(e.GetData())
@@ -1149,7 +1153,7 @@ func (r *Replica) apply(committed []*pb.Entry) error {
 			}
 			ents[i].Conf = cc
 			if reqID != 0 {
-				changes = append(changes, Applied{ReqID: reqID, Result: e.GetIndex()})
+				changes = append(changes, change{reqID: reqID, index: e.GetIndex()})
 			}
 		}
 	}
@@ -1160,7 +1164,7 @@ func (r *Replica) apply(committed []*pb.Entry) error {
 	// A change's caller hears of it once the state machine holds its member
 	// row too: a join's answer lists the members from there.
 	for _, c := range changes {
-		r.waits.trigger(c.ReqID, Outcome{Result: c.Result})
+		r.waits.trigger(c.reqID, Outcome{Index: c.index})
 	}
 	r.span.applied(committed[len(committed)-1].GetIndex(), bytes)
 	// The writers gather waits for: those whose writes are queued already,
@@ -1169,7 +1173,7 @@ func (r *Replica) apply(committed []*pb.Entry) error {
 	// about to be answered.
 	r.writers = len(r.propc)
 	for _, a := range results {
-		if a.ReqID != 0 && r.waits.trigger(a.ReqID, Outcome{Result: a.Result}) {
+		if a.ReqID != 0 && r.waits.trigger(a.ReqID, Outcome{Result: a}) {
 			r.writers++
 		}
 	}

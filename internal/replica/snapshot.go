@@ -9,6 +9,8 @@ import (
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kvd-project/kvd/internal/command"
 )
 
 // Snapshots in kvd are split in two. What raft sees is only metadata: the
@@ -110,7 +112,7 @@ func newTrackedSM(sm StateMachine, delivered uint64) *trackedSM {
 	return t
 }
 
-func (t *trackedSM) Apply(ents []Entry) ([]Applied, error) {
+func (t *trackedSM) Apply(ents []Entry) ([]command.Result, error) {
 	res, err := t.StateMachine.Apply(ents)
 	if err == nil && len(ents) > 0 {
 		t.delivered.Store(max(t.delivered.Load(), ents[len(ents)-1].Index))

@@ -12,12 +12,14 @@ import (
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kvd-project/kvd/internal/command"
 )
 
 // fakeSM is a state machine that only counts indexes.
 type fakeSM struct{ applied, synced uint64 }
 
-func (f *fakeSM) Apply(ents []Entry) ([]Applied, error) {
+func (f *fakeSM) Apply(ents []Entry) ([]command.Result, error) {
 	for _, e := range ents {
 		f.applied = max(f.applied, e.Index)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"github.com/kvd-project/kvd/internal/command"
 	"github.com/kvd-project/kvd/internal/raftlog"
 	"github.com/kvd-project/kvd/internal/transport"
 )
@@ -38,7 +39,7 @@ type seenSM struct {
 	seen sync.Map
 }
 
-func (s *seenSM) Apply(ents []Entry) ([]Applied, error) {
+func (s *seenSM) Apply(ents []Entry) ([]command.Result, error) {
 	out, err := s.echoSM.Apply(ents)
 	for _, a := range out {
 		s.seen.Store(a.ReqID, true)

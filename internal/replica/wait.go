@@ -3,12 +3,17 @@ package replica
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/kvd-project/kvd/internal/command"
 )
 
 // Outcome is what a proposal's entry produced once applied, or why it failed.
 type Outcome struct {
-	Result any
-	Err    error
+	// Result is what applying a proposal's entry produced.
+	Result command.Result
+	// Index is a configuration change's entry index (ChangeMember).
+	Index uint64
+	Err   error
 }
 
 // waitRegistry correlates proposals with their applied results by request ID.

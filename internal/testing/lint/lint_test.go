@@ -131,6 +131,34 @@ func TestImportBoundaries(t *testing.T) {
 			}
 		}
 	}
+	for _, dir := range []string{"internal/command"} {
+		for imp := range pkgs[dir] {
+			if strings.HasPrefix(imp, module) {
+				t.Errorf("%s must import nothing internal, imports %s", dir, imp)
+			}
+		}
+	}
+	// The state machine applies the log the same on every member whatever
+	// protocol a write came in by: its rules (incr's reading of a counter
+	// among them) are its own, never borrowed from a client codec or a
+	// listener, whose changes must not change what apply does. Nor does it
+	// reach up into consensus: the replica calls it, through the node, and
+	// its results travel in command's types.
+	for _, dir := range []string{"internal/fsm", "internal/command"} {
+		if pkgs[dir] == nil {
+			t.Fatalf("package %s not found", dir)
+		}
+		for imp := range pkgs[dir] {
+			if strings.HasPrefix(imp, "go.etcd.io/raft/") {
+				t.Errorf("%s imports %s: the state machine and the log format import no raft package", dir, imp)
+			}
+			for _, other := range []string{"mcproto", "mcserver", "memcache", "httpapi", "kv", "cli", "bench", "replica", "node", "transport", "raftlog"} {
+				if imp == module+"internal/"+other {
+					t.Errorf("%s imports %s: the state machine and the log format import no listener, codec or consensus package", dir, imp)
+				}
+			}
+		}
+	}
 }
 
 // TestApplyIsDeterministic: the state machine may read no clock and no

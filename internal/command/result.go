@@ -1,0 +1,105 @@
+package command
+
+import "strconv"
+
+// This file is the other half of the log's vocabulary: what applying an
+// entry produced. It lives beside the format, not in the state machine, so
+// that the replica can carry results typed from apply to the waiting
+// request, and the kv service and its listeners can read them, without any
+// of them importing the store that produced them.
+
+// Status is the outcome of one applied command, in memcached's vocabulary.
+type Status uint8
+
+const (
+	// StatusNone: the entry carried no command (a raft no-op or already applied).
+	StatusNone Status = iota
+	StatusStored
+	StatusNotStored
+	StatusExists
+	StatusNotFound
+	StatusDeleted
+	StatusTouched
+	StatusOK
+	// StatusValue: incr/decr succeeded; Result.Value holds the new number.
+	StatusValue
+	// StatusHit: gat found the item; Result.Item holds it.
+	StatusHit
+	// StatusNonNumeric: incr/decr on a value that is not a decimal number.
+	StatusNonNumeric
+	// StatusTooLarge: append/prepend would exceed the item size limit.
+	StatusTooLarge
+	// StatusInvalid: the entry is corrupt (ErrCorrupt); every node skips it
+	// alike.
+	StatusInvalid
+)
+
+var statusNames = [...]string{"none", "stored", "not_stored", "exists", "not_found", "deleted",
+	"touched", "ok", "value", "hit", "non_numeric", "too_large", "invalid"}
+
+func (s Status) String() string {
+	if int(s) < len(statusNames) {
+		return statusNames[s]
+	}
+	return "status(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Result is what applying one entry produced, for the request that proposed it.
+type Result struct {
+	// ReqID is the proposing request's Command.ReqID (0: none, or an entry
+	// that was not a command).
+	ReqID  uint64
+	Status Status
+	Value  uint64 // StatusValue
+	Item   Item   // StatusHit; Value is a private copy
+	// CAS (StatusStored) is the stored item's CAS token, so a writer can
+	// make its next write conditional without reading the item back; 0
+	// when the item was stored already expired, as no read will see it.
+	CAS uint64
+	// Grew (StatusValue): the counter's digits outgrew the old value, where
+	// memcached stores a new item rather than rewrite it in place, and
+	// counts it in total_items.
+	Grew bool
+}
+
+// Item is one stored value as clients see it: what a read returns and what
+// gat hands back in a Result. The state machine stores it in a form of its
+// own.
+type Item struct {
+	Flags uint32
+	// ExpiresAt is when the item goes (Unix ns; 0 means never): it is
+	// visible before that instant and gone from it on.
+	ExpiresAt int64
+	// CAS is the raft index of the entry that last changed the value, so every
+	// node hands out the same token and tokens survive failover and restart.
+	CAS uint64
+	// StoredAt is the stamp (Unix ns) of the entry that last changed the value;
+	// a delayed flush_all hides items stored before its horizon.
+	StoredAt int64
+	Value    []byte
+}
+
+// ExpirySec is the first whole Unix second at which the item is gone (0:
+// never), as memcached and the state machine's expiry index count.
+func (it *Item) ExpirySec() int64 {
+	sec := it.ExpiresAt / 1e9
+	if it.ExpiresAt%1e9 > 0 {
+		sec++ // never overflows: ns/1e9 is far below MaxInt64
+	}
+	return sec
+}
+
+// ScanItem is one item as a listing returns it: its key and metadata. The
+// value is not copied (a listing of a thousand 1 MiB items must not hold a
+// gigabyte); a read of the key returns it.
+type ScanItem struct {
+	Key   []byte
+	Flags uint32
+	// Expiry is the first Unix second at which the item is gone; 0 means
+	// never.
+	Expiry int64
+	// CAS is the item's CAS token (the raft index that last changed it).
+	CAS uint64
+	// Size is the value's length in bytes.
+	Size int
+}
