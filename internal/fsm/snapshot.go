@@ -185,7 +185,7 @@ func pebbleOptions(cache *pebble.Cache, opts Options, logger *slog.Logger, healt
 			MaxBlobReferenceDepth: maxBlobDepth,
 			TargetGarbageRatio:    0.2,
 			// Five minutes, in nanoseconds: fsm does not import package
-			// time (internal/lint keeps apply free of clocks).
+			// time (internal/testing/lint keeps apply free of clocks).
 			RewriteMinimumAge: 5 * 60 * 1e9,
 		}
 	}
