@@ -34,6 +34,10 @@
 //	   that time in the state (what was stored before it stays hidden,
 //	   and the leader's crawl deletes it) instead of deleting those items
 //	   in its apply, which read every item
+//	4  the conditional and creating writes of the binary protocol (and
+//	   meta): OpArith (incr/decr with a CAS to match and an initial value
+//	   to create a missing counter with), OpDeleteCAS, OpAppendCAS and
+//	   OpPrependCAS
 package command
 
 import (
@@ -50,7 +54,7 @@ const Version byte = 1
 // ClusterVersionMax is the highest cluster version this binary applies
 // (see the package doc). A new operation, format version or apply rule
 // raises it, and is gated on the cluster version reaching it.
-const ClusterVersionMax uint64 = 3
+const ClusterVersionMax uint64 = 4
 
 // Op names a state-machine operation.
 type Op uint8
@@ -80,13 +84,38 @@ const (
 	// OpClusterVersion raises the replicated cluster version (never lowers
 	// it). Proposed by the leader only once every member applies it.
 	OpClusterVersion Op = 15
+	// OpArith is incr or decr (Decr) with conditions: the item's CAS must
+	// be CAS unless that is 0, and a missing item is created holding
+	// Initial, with Exptime, when Create is set (the binary protocol's
+	// initial value; meta's vivify). Cluster version 4.
+	OpArith Op = 16
+	// OpDeleteCAS deletes the item only if its CAS is CAS. Cluster
+	// version 4.
+	OpDeleteCAS Op = 17
+	// OpAppendCAS and OpPrependCAS are append and prepend to an item whose
+	// CAS is CAS. Cluster version 4.
+	OpAppendCAS  Op = 18
+	OpPrependCAS Op = 19
 )
+
+// MinClusterVersion is the cluster version from which op may be proposed:
+// every member applies it from then on (see the package doc).
+func MinClusterVersion(op Op) uint64 {
+	switch op {
+	case OpArith, OpDeleteCAS, OpAppendCAS, OpPrependCAS:
+		return 4
+	case OpClusterVersion:
+		return 1
+	}
+	return 1
+}
 
 var opNames = map[Op]string{
 	OpSet: "set", OpAdd: "add", OpReplace: "replace", OpAppend: "append", OpPrepend: "prepend",
 	OpCAS: "cas", OpIncr: "incr", OpDecr: "decr", OpTouch: "touch", OpDelete: "delete",
 	OpFlush: "flush_all", OpGAT: "gat", OpExpire: "expire", OpMember: "member",
-	OpClusterVersion: "cluster_version",
+	OpClusterVersion: "cluster_version", OpArith: "arith", OpDeleteCAS: "delete_cas",
+	OpAppendCAS: "append_cas", OpPrependCAS: "prepend_cas",
 }
 
 func (o Op) String() string {
@@ -117,8 +146,13 @@ type Command struct {
 	Value   []byte // set/add/replace/append/prepend/cas
 	Flags   uint32 // set/add/replace/cas
 	Exptime int64  // set/add/replace/cas/touch/gat: the client's raw value
-	CAS     uint64 // cas: the token the client sent
-	Delta   uint64 // incr/decr
+	CAS     uint64 // cas, arith, delete_cas, append_cas, prepend_cas: the token the client sent
+	Delta   uint64 // incr/decr/arith
+	// Decr, Create and Initial are arith's: a decrement, and whether and
+	// with what a missing counter is created (Exptime is then its expiry).
+	Decr    bool
+	Create  bool
+	Initial uint64
 	// MaxSize bounds the value append/prepend may build, stamped by the
 	// proposer so apply never reads configuration.
 	MaxSize uint32
@@ -189,13 +223,33 @@ func Encode(dst []byte, c *Command) ([]byte, error) {
 			dst = binary.BigEndian.AppendUint64(dst, c.CAS)
 		}
 		dst = appendBytes(dst, c.Value)
-	case OpAppend, OpPrepend:
+	case OpAppend, OpPrepend, OpAppendCAS, OpPrependCAS:
 		dst = appendBytes(dst, c.Key)
 		dst = binary.BigEndian.AppendUint32(dst, c.MaxSize)
+		if c.Op == OpAppendCAS || c.Op == OpPrependCAS {
+			dst = binary.BigEndian.AppendUint64(dst, c.CAS)
+		}
 		dst = appendBytes(dst, c.Value)
 	case OpIncr, OpDecr:
 		dst = appendBytes(dst, c.Key)
 		dst = binary.BigEndian.AppendUint64(dst, c.Delta)
+	case OpArith:
+		dst = appendBytes(dst, c.Key)
+		var fl byte
+		if c.Decr {
+			fl |= arithDecr
+		}
+		if c.Create {
+			fl |= arithCreate
+		}
+		dst = append(dst, fl)
+		dst = binary.BigEndian.AppendUint64(dst, c.Delta)
+		dst = binary.BigEndian.AppendUint64(dst, c.CAS)
+		dst = binary.BigEndian.AppendUint64(dst, c.Initial)
+		dst = binary.BigEndian.AppendUint64(dst, uint64(c.Exptime))
+	case OpDeleteCAS:
+		dst = appendBytes(dst, c.Key)
+		dst = binary.BigEndian.AppendUint64(dst, c.CAS)
 	case OpTouch, OpGAT:
 		dst = appendBytes(dst, c.Key)
 		dst = binary.BigEndian.AppendUint64(dst, uint64(c.Exptime))
@@ -241,6 +295,13 @@ func Encode(dst []byte, c *Command) ([]byte, error) {
 	}
 	return dst, nil
 }
+
+// OpArith's flag bits.
+const (
+	arithDecr   = 1 << 0
+	arithCreate = 1 << 1
+	arithKnown  = arithDecr | arithCreate
+)
 
 func appendBytes(dst, b []byte) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(b)))
@@ -295,13 +356,30 @@ func Decode(data []byte, c *Command) error {
 			c.CAS = d.u64()
 		}
 		c.Value = d.bytes(MaxValueLen)
-	case OpAppend, OpPrepend:
+	case OpAppend, OpPrepend, OpAppendCAS, OpPrependCAS:
 		c.Key = d.key()
 		c.MaxSize = d.u32()
+		if c.Op == OpAppendCAS || c.Op == OpPrependCAS {
+			c.CAS = d.u64()
+		}
 		c.Value = d.bytes(MaxValueLen)
 	case OpIncr, OpDecr:
 		c.Key = d.key()
 		c.Delta = d.u64()
+	case OpArith:
+		c.Key = d.key()
+		fl := d.u8()
+		if d.err == nil && fl&^arithKnown != 0 {
+			return fmt.Errorf("%w: arith flags %#x", ErrCorrupt, fl)
+		}
+		c.Decr, c.Create = fl&arithDecr != 0, fl&arithCreate != 0
+		c.Delta = d.u64()
+		c.CAS = d.u64()
+		c.Initial = d.u64()
+		c.Exptime = int64(d.u64())
+	case OpDeleteCAS:
+		c.Key = d.key()
+		c.CAS = d.u64()
 	case OpTouch, OpGAT:
 		c.Key = d.key()
 		c.Exptime = int64(d.u64())
@@ -374,6 +452,16 @@ func (d *decoder) fail(what string) {
 		d.err = fmt.Errorf("truncated %s", what)
 	}
 	d.b = nil
+}
+
+func (d *decoder) u8() byte {
+	if len(d.b) < 1 {
+		d.fail("u8")
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
 }
 
 func (d *decoder) u32() uint32 {

@@ -9,6 +9,26 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// An arith entry with a flag bit this binary does not know is corrupt, not
+// applied with the bit ignored.
+func TestArithUnknownFlag(t *testing.T) {
+	b, err := Encode(nil, &Command{Op: OpArith, ReqID: 1, Key: []byte("n"), Delta: 1})
+	require.NoError(t, err)
+	b[headerLen+2] |= 0x80 // the flags byte, after the key's length and byte
+	var c Command
+	require.ErrorIs(t, Decode(b, &c), ErrCorrupt)
+}
+
+func TestMinClusterVersion(t *testing.T) {
+	for _, op := range []Op{OpArith, OpDeleteCAS, OpAppendCAS, OpPrependCAS} {
+		require.Equal(t, uint64(4), MinClusterVersion(op), op.String())
+	}
+	for _, op := range []Op{OpSet, OpIncr, OpDelete, OpAppend, OpFlush} {
+		require.Equal(t, uint64(1), MinClusterVersion(op), op.String())
+	}
+	require.LessOrEqual(t, MinClusterVersion(OpArith), ClusterVersionMax)
+}
+
 func TestRoundTrip(t *testing.T) {
 	cases := []Command{
 		{Op: OpSet, ReqID: 1, Stamp: 1700000000123456789, Key: []byte("k"), Value: []byte("v"), Flags: 0xFFFFFFFF, Exptime: -1},
@@ -28,6 +48,11 @@ func TestRoundTrip(t *testing.T) {
 		{Op: OpMember, ReqID: 15, Member: MemberAttrs{ID: 8}},
 		{Op: OpClusterVersion, ReqID: 16, ClusterVersion: 2},
 		{Op: OpClusterVersion, ReqID: 17, ClusterVersion: 2, MemberTable: 0xfeed},
+		{Op: OpArith, ReqID: 18, Key: []byte("n"), Delta: 5, CAS: 9, Create: true, Initial: 1<<64 - 1, Exptime: -1},
+		{Op: OpArith, ReqID: 19, Key: []byte("n"), Delta: 1, Decr: true},
+		{Op: OpDeleteCAS, ReqID: 20, Key: []byte("d"), CAS: 42},
+		{Op: OpAppendCAS, ReqID: 21, Key: []byte("a"), Value: []byte("tail"), MaxSize: 1 << 20, CAS: 7},
+		{Op: OpPrependCAS, ReqID: 22, Key: []byte("a"), Value: []byte("head"), MaxSize: 10, CAS: 8},
 	}
 	for _, want := range cases {
 		t.Run(want.Op.String(), func(t *testing.T) {

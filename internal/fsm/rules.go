@@ -60,30 +60,48 @@ func itemRule(c *command.Command, old *command.Item, exists bool, h horizons, in
 		if old.CAS != c.CAS {
 			return command.Item{}, leave, command.Result{Status: command.StatusExists}
 		}
-	case command.OpAppend, command.OpPrepend:
+	case command.OpAppend, command.OpPrepend, command.OpAppendCAS, command.OpPrependCAS:
 		if !live {
 			return command.Item{}, leave, command.Result{Status: command.StatusNotStored}
+		}
+		if (c.Op == command.OpAppendCAS || c.Op == command.OpPrependCAS) && old.CAS != c.CAS {
+			return command.Item{}, leave, command.Result{Status: command.StatusExists}
 		}
 		if uint64(len(old.Value))+uint64(len(c.Value)) > uint64(c.MaxSize) {
 			return command.Item{}, leave, command.Result{Status: command.StatusTooLarge}
 		}
 		// append and prepend keep the item's flags and expiry.
 		val := make([]byte, 0, len(old.Value)+len(c.Value))
-		if c.Op == command.OpAppend {
+		if c.Op == command.OpAppend || c.Op == command.OpAppendCAS {
 			val = append(append(val, old.Value...), c.Value...)
 		} else {
 			val = append(append(val, c.Value...), old.Value...)
 		}
 		next.Flags, next.ExpiresAt, next.Value = old.Flags, old.ExpiresAt, val
-	case command.OpIncr, command.OpDecr:
+	case command.OpIncr, command.OpDecr, command.OpArith:
 		if !live {
+			if c.Op == command.OpArith && c.Create {
+				// A counter created at its initial value, as memcached's
+				// binary incr stores it: flags 0, the command's expiry, and
+				// the initial value answered as it is (no delta applied).
+				next.Flags, next.Value = 0, formatCounter(c.Initial, 0)
+				v := putOrDrop(&next, exists, c.Stamp)
+				res := command.Result{Status: command.StatusValue, Value: c.Initial, Grew: true}
+				if v == put {
+					res.CAS = index
+				}
+				return next, v, res
+			}
 			return command.Item{}, leave, command.Result{Status: command.StatusNotFound}
+		}
+		if c.Op == command.OpArith && c.CAS != 0 && old.CAS != c.CAS {
+			return command.Item{}, leave, command.Result{Status: command.StatusExists}
 		}
 		n, ok := parseCounter(old.Value)
 		if !ok {
 			return command.Item{}, leave, command.Result{Status: command.StatusNonNumeric}
 		}
-		if c.Op == command.OpIncr {
+		if c.Op == command.OpIncr || c.Op == command.OpArith && !c.Decr {
 			n += c.Delta // wraps at 2^64, as memcached does
 		} else if c.Delta > n {
 			n = 0
@@ -92,7 +110,7 @@ func itemRule(c *command.Command, old *command.Item, exists bool, h horizons, in
 		}
 		next.Flags, next.ExpiresAt = old.Flags, old.ExpiresAt
 		next.Value = formatCounter(n, len(old.Value))
-		return next, putOrDrop(&next, exists, c.Stamp), command.Result{Status: command.StatusValue, Value: n, Grew: len(next.Value) > len(old.Value)}
+		return next, putOrDrop(&next, exists, c.Stamp), command.Result{Status: command.StatusValue, Value: n, Grew: len(next.Value) > len(old.Value), CAS: index}
 	case command.OpTouch, command.OpGAT:
 		if !live {
 			return command.Item{}, leave, command.Result{Status: command.StatusNotFound}
@@ -105,7 +123,7 @@ func itemRule(c *command.Command, old *command.Item, exists bool, h horizons, in
 			return next, v, command.Result{Status: command.StatusHit, Item: next}
 		}
 		return next, v, command.Result{Status: command.StatusTouched}
-	case command.OpDelete:
+	case command.OpDelete, command.OpDeleteCAS:
 		// A stored item no longer visible goes too: nothing would read it.
 		v = leave
 		if exists {
@@ -113,6 +131,9 @@ func itemRule(c *command.Command, old *command.Item, exists bool, h horizons, in
 		}
 		if !live {
 			return command.Item{}, v, command.Result{Status: command.StatusNotFound}
+		}
+		if c.Op == command.OpDeleteCAS && old.CAS != c.CAS {
+			return command.Item{}, leave, command.Result{Status: command.StatusExists}
 		}
 		return command.Item{}, v, command.Result{Status: command.StatusDeleted}
 	default:

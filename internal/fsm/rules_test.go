@@ -39,7 +39,7 @@ func TestItemRule(t *testing.T) {
 	stat := func(s command.Status) command.Result { return command.Result{Status: s} }
 	counter := func(n uint64, v string, grew bool) (command.Item, command.Result) {
 		return command.Item{Flags: 7, ExpiresAt: t0 + 60e9, CAS: index, StoredAt: t0, Value: []byte(v)},
-			command.Result{Status: command.StatusValue, Value: n, Grew: grew}
+			command.Result{Status: command.StatusValue, Value: n, Grew: grew, CAS: index}
 	}
 	touched := command.Item{Flags: 7, ExpiresAt: t0 + 30e9, CAS: 40, StoredAt: t0 - 10e9, Value: []byte("10")}
 
@@ -112,6 +112,45 @@ func TestItemRule(t *testing.T) {
 	add("decr shrinks in place", cmd(command.OpDecr, delta(1)), stored("10"), next, res)
 	next, res = counter(0, "0 ", false)
 	add("decr floors at 0", cmd(command.OpDecr, delta(20)), stored("10"), next, res)
+
+	// OpArith: incr and decr with a CAS to match and a counter to create.
+	arith := func(edit ...func(*command.Command)) command.Command { return cmd(command.OpArith, edit...) }
+	casOf := func(v uint64) func(*command.Command) { return func(c *command.Command) { c.CAS = v } }
+	decr := func(c *command.Command) { c.Decr = true }
+	create := func(initial uint64) func(*command.Command) {
+		return func(c *command.Command) { c.Create, c.Initial = true, initial }
+	}
+	next, res = counter(15, "15", false)
+	add("arith incr hit", arith(delta(5)), stored("10"), next, res)
+	add("arith incr with the item's CAS", arith(delta(5), casOf(40)), stored("10"), next, res)
+	next, res = counter(9, "9 ", false)
+	add("arith decr", arith(delta(1), decr), stored("10"), next, res)
+	add("arith on a miss creates the initial value, flags 0, the command's expiry",
+		arith(delta(5), create(7), exptime(30)), nil,
+		command.Item{Flags: 0, ExpiresAt: t0 + 30e9, CAS: index, StoredAt: t0, Value: []byte("7")},
+		command.Result{Status: command.StatusValue, Value: 7, Grew: true, CAS: index})
+	add("arith creates over an expired item", arith(delta(5), create(0), decr), stored("10", expired),
+		command.Item{Flags: 0, CAS: index, StoredAt: t0, Value: []byte("0")},
+		command.Result{Status: command.StatusValue, Value: 0, Grew: true, CAS: index})
+
+	rows = append(rows, []row{
+		{name: "arith miss without create", c: arith(delta(1)), v: leave, res: stat(command.StatusNotFound)},
+		{name: "arith with a stale CAS", c: arith(delta(1), casOf(39)), old: stored("10"), v: leave, res: stat(command.StatusExists)},
+		{name: "arith non-numeric", c: arith(delta(1)), old: stored("x"), v: leave, res: stat(command.StatusNonNumeric)},
+		{name: "arith creating an already expired counter stores nothing", c: arith(delta(1), create(3), exptime(-1)), v: leave,
+			res: command.Result{Status: command.StatusValue, Value: 3, Grew: true}},
+
+		{name: "delete_cas miss", c: cmd(command.OpDeleteCAS, casOf(40)), v: leave, res: stat(command.StatusNotFound)},
+		{name: "delete_cas stale", c: cmd(command.OpDeleteCAS, casOf(39)), old: stored("10"), v: leave, res: stat(command.StatusExists)},
+		{name: "delete_cas hit", c: cmd(command.OpDeleteCAS, casOf(40)), old: stored("10"), v: drop, res: stat(command.StatusDeleted)},
+
+		{name: "append_cas miss", c: cmd(command.OpAppendCAS, casOf(40)), v: leave, res: stat(command.StatusNotStored)},
+		{name: "append_cas stale", c: cmd(command.OpAppendCAS, casOf(39)), old: stored("10"), v: leave, res: stat(command.StatusExists)},
+		{name: "append_cas hit", c: cmd(command.OpAppendCAS, casOf(40)), old: stored("10"), v: put,
+			next: command.Item{Flags: 7, ExpiresAt: t0 + 60e9, CAS: index, StoredAt: t0, Value: []byte("10xy")}, res: command.Result{Status: command.StatusStored, CAS: index}},
+		{name: "prepend_cas hit", c: cmd(command.OpPrependCAS, casOf(40)), old: stored("10"), v: put,
+			next: command.Item{Flags: 7, ExpiresAt: t0 + 60e9, CAS: index, StoredAt: t0, Value: []byte("xy10")}, res: command.Result{Status: command.StatusStored, CAS: index}},
+	}...)
 
 	rows = append(rows, []row{
 		{name: "touch miss", c: cmd(command.OpTouch, exptime(30)), v: leave, res: stat(command.StatusNotFound)},

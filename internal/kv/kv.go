@@ -62,12 +62,18 @@ type Store interface {
 	FlushHorizons() (at, before int64)
 	HiddenAfter(after []byte, steps int, maxBytes int64, nowNs int64) (hidden []command.KeyCAS, next []byte, err error)
 	Digest() (fsm.Digest, error)
+	// ClusterVersion is the replicated cluster version as applied here.
+	ClusterVersion() uint64
 }
 
 // Errors beyond the replica's.
 var (
 	ErrNotReady = errors.New("node is not ready: no leader known or log not yet replayed")
-	ErrInvalid  = errors.New("entry could not be applied")
+	// ErrClusterVersion refuses a command that not every member applies
+	// yet (command.MinClusterVersion): proposed, it would stop the members
+	// that do not.
+	ErrClusterVersion = errors.New("not every member runs a kvd that applies this operation yet")
+	ErrInvalid        = errors.New("entry could not be applied")
 )
 
 // Config of the service.
@@ -147,13 +153,18 @@ func (s *Service) Submit(ctx context.Context, c *command.Command) (*Call, error)
 	if g := s.space.Load(); g != nil && g.Low() && !passesLowDisk(c.Op) {
 		return nil, ErrNoSpace
 	}
+	if need := command.MinClusterVersion(c.Op); need > 1 {
+		if cv := s.store.ClusterVersion(); cv < need {
+			return nil, fmt.Errorf("%w: %s needs cluster version %d, the cluster is at %d", ErrClusterVersion, c.Op, need, cv)
+		}
+	}
 	deadline := s.now().Add(s.cfg.RequestTimeout)
 	c.ReqID = s.nextID.Add(1)
 	if c.ReqID == 0 {
 		c.ReqID = s.nextID.Add(1)
 	}
 	c.Stamp = s.now().UnixNano()
-	if c.Op == command.OpAppend || c.Op == command.OpPrepend {
+	if c.Op == command.OpAppend || c.Op == command.OpPrepend || c.Op == command.OpAppendCAS || c.Op == command.OpPrependCAS {
 		c.MaxSize = uint32(s.cfg.MaxItemSize)
 	}
 	data, err := command.Encode(nil, c)

@@ -40,6 +40,7 @@ func (s *listStore) ExpiredBefore(int64, int) ([]command.KeyCAS, error) {
 	return nil, nil
 }
 func (s *listStore) Digest() (fsm.Digest, error)   { return fsm.Digest{}, nil }
+func (s *listStore) ClusterVersion() uint64        { return command.ClusterVersionMax }
 func (s *listStore) FlushHorizons() (int64, int64) { return 0, 0 }
 func (s *listStore) HiddenAfter([]byte, int, int64, int64) ([]command.KeyCAS, []byte, error) {
 	return nil, nil, nil

@@ -104,7 +104,7 @@ func (g *SpaceGuard) Free() uint64 { return g.avail.Load() }
 // bytes too, retried by the leader every half second while refused.
 func passesLowDisk(op command.Op) bool {
 	switch op {
-	case command.OpDelete, command.OpFlush, command.OpExpire, command.OpMember, command.OpClusterVersion:
+	case command.OpDelete, command.OpDeleteCAS, command.OpFlush, command.OpExpire, command.OpMember, command.OpClusterVersion:
 		return true
 	}
 	return false
