@@ -154,7 +154,7 @@ func (c *Codec) Next(req *mcproto.Request) error {
 			"malformed "+info.op.String()+" request")
 	}
 	req.Op = info.op
-	if keyLen > 0 {
+	if keyLen > 0 && info.shape != shapeStat {
 		c.keys = append(c.keys[:0], c.key[:copy(c.key[:], key)])
 		req.Keys = c.keys
 	}

@@ -67,7 +67,7 @@ var decodeTests = []struct {
 	{"noop", noop, []string{noopOut, "EOF"}},
 	{"version", pkt(OpcodeVersion, "", "", "", 0, 1), []string{`version [0x0b opaque=1]`, "EOF"}},
 	{"stat", pkt(OpcodeStat, "", "", "", 0, 1), []string{`stats [0x10 opaque=1]`, "EOF"}},
-	{"stat group", pkt(OpcodeStat, "detail  on", "", "", 0, 1), []string{`stats ["detail  on"] args=["detail" "on"] [0x10 opaque=1]`, "EOF"}},
+	{"stat group", pkt(OpcodeStat, "detail  on", "", "", 0, 1), []string{`stats args=["detail" "on"] [0x10 opaque=1]`, "EOF"}},
 	{"touch", pkt(OpcodeTouch, "k", be32(10), "", 0, 1), []string{`touch ["k"] exptime=10 [0x1c opaque=1]`, "EOF"}},
 	{"gat", pkt(OpcodeGAT, "k", be32(10), "", 0, 1), []string{`gat ["k"] exptime=10 [0x1d opaque=1]`, "EOF"}},
 	{"gatq", pkt(OpcodeGATQ, "k", be32(10), "", 0, 1), []string{`gat ["k"] exptime=10 [0x1e opaque=1 quiet]`, "EOF"}},
