@@ -114,10 +114,14 @@ type Request struct {
 	// Flags of a storage operation, kept verbatim (32-bit).
 	Flags uint32
 	// Exptime of a storage operation, touch, gat or gats, as memcached
-	// reads it (a 32-bit signed value: 0, relative seconds, absolute Unix
-	// time or negative). Not interpreted here.
+	// reads it: in text and meta a 32-bit signed value (0, relative
+	// seconds, absolute Unix time or negative), in binary an unsigned
+	// 32-bit one, never negative. Not interpreted here.
 	Exptime int64
-	// CAS is the compare-and-swap token of cas.
+	// CAS is the compare-and-swap token of cas. In the binary protocol a
+	// non-zero CAS also makes append, prepend, delete, incr and decr
+	// conditional: memcached then answers "exists" unless it is the
+	// item's (0 is no condition).
 	CAS uint64
 	// Delta is the amount of incr or decr.
 	Delta uint64
@@ -127,7 +131,8 @@ type Request struct {
 	Initial uint64
 	Create  bool
 	// Delay is flush_all's optional delay, raw (32-bit signed; memcached
-	// treats a value <= 0 as "now"). HasDelay says whether one was given.
+	// treats a value <= 0 as "now"; the binary protocol's is unsigned).
+	// HasDelay says whether one was given.
 	Delay    int64
 	HasDelay bool
 	// Verbosity is the level of verbosity.
