@@ -60,6 +60,10 @@ type Result struct {
 	// memcached stores a new item rather than rewrite it in place, and
 	// counts it in total_items.
 	Grew bool
+	// Created (StatusValue of OpArith): the counter was missing and has
+	// been created at its initial value, a new item (total_items) that is
+	// neither a hit nor a miss.
+	Created bool
 }
 
 // Item is one stored value as clients see it: what a read returns and what

@@ -86,7 +86,7 @@ func itemRule(c *command.Command, old *command.Item, exists bool, h horizons, in
 				// the initial value answered as it is (no delta applied).
 				next.Flags, next.Value = 0, formatCounter(c.Initial, 0)
 				v := putOrDrop(&next, exists, c.Stamp)
-				res := command.Result{Status: command.StatusValue, Value: c.Initial, Grew: true}
+				res := command.Result{Status: command.StatusValue, Value: c.Initial, Created: true}
 				if v == put {
 					res.CAS = index
 				}
@@ -122,7 +122,9 @@ func itemRule(c *command.Command, old *command.Item, exists bool, h horizons, in
 		if c.Op == command.OpGAT {
 			return next, v, command.Result{Status: command.StatusHit, Item: next}
 		}
-		return next, v, command.Result{Status: command.StatusTouched}
+		// The touched item's flags and CAS, not its value (a pipeline of
+		// touches must not hold values): the binary protocol answers them.
+		return next, v, command.Result{Status: command.StatusTouched, Item: command.Item{Flags: next.Flags, ExpiresAt: next.ExpiresAt, CAS: next.CAS, StoredAt: next.StoredAt}}
 	case command.OpDelete, command.OpDeleteCAS:
 		// A stored item no longer visible goes too: nothing would read it.
 		v = leave

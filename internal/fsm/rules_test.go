@@ -128,17 +128,17 @@ func TestItemRule(t *testing.T) {
 	add("arith on a miss creates the initial value, flags 0, the command's expiry",
 		arith(delta(5), create(7), exptime(30)), nil,
 		command.Item{Flags: 0, ExpiresAt: t0 + 30e9, CAS: index, StoredAt: t0, Value: []byte("7")},
-		command.Result{Status: command.StatusValue, Value: 7, Grew: true, CAS: index})
+		command.Result{Status: command.StatusValue, Value: 7, Created: true, CAS: index})
 	add("arith creates over an expired item", arith(delta(5), create(0), decr), stored("10", expired),
 		command.Item{Flags: 0, CAS: index, StoredAt: t0, Value: []byte("0")},
-		command.Result{Status: command.StatusValue, Value: 0, Grew: true, CAS: index})
+		command.Result{Status: command.StatusValue, Value: 0, Created: true, CAS: index})
 
 	rows = append(rows, []row{
 		{name: "arith miss without create", c: arith(delta(1)), v: leave, res: stat(command.StatusNotFound)},
 		{name: "arith with a stale CAS", c: arith(delta(1), casOf(39)), old: stored("10"), v: leave, res: stat(command.StatusExists)},
 		{name: "arith non-numeric", c: arith(delta(1)), old: stored("x"), v: leave, res: stat(command.StatusNonNumeric)},
 		{name: "arith creating an already expired counter stores nothing", c: arith(delta(1), create(3), exptime(-1)), v: leave,
-			res: command.Result{Status: command.StatusValue, Value: 3, Grew: true}},
+			res: command.Result{Status: command.StatusValue, Value: 3, Created: true}},
 
 		{name: "delete_cas miss", c: cmd(command.OpDeleteCAS, casOf(40)), v: leave, res: stat(command.StatusNotFound)},
 		{name: "delete_cas stale", c: cmd(command.OpDeleteCAS, casOf(39)), old: stored("10"), v: leave, res: stat(command.StatusExists)},
@@ -155,8 +155,10 @@ func TestItemRule(t *testing.T) {
 	rows = append(rows, []row{
 		{name: "touch miss", c: cmd(command.OpTouch, exptime(30)), v: leave, res: stat(command.StatusNotFound)},
 		{name: "touch expired", c: cmd(command.OpTouch, exptime(30)), old: stored("10", expired), v: leave, res: stat(command.StatusNotFound)},
-		{name: "touch hit keeps CAS and stored time", c: cmd(command.OpTouch, exptime(30)), old: stored("10"), v: put, next: touched, res: stat(command.StatusTouched)},
-		{name: "touch to the past drops the item", c: cmd(command.OpTouch, exptime(-1)), old: stored("10"), v: drop, res: stat(command.StatusTouched)},
+		{name: "touch hit keeps CAS and stored time", c: cmd(command.OpTouch, exptime(30)), old: stored("10"), v: put, next: touched,
+			res: command.Result{Status: command.StatusTouched, Item: command.Item{Flags: 7, ExpiresAt: t0 + 30e9, CAS: 40, StoredAt: t0 - 10e9}}},
+		{name: "touch to the past drops the item", c: cmd(command.OpTouch, exptime(-1)), old: stored("10"), v: drop,
+			res: command.Result{Status: command.StatusTouched, Item: command.Item{Flags: 7, ExpiresAt: 1, CAS: 40, StoredAt: t0 - 10e9}}},
 		{name: "gat miss", c: cmd(command.OpGAT, exptime(30)), v: leave, res: stat(command.StatusNotFound)},
 		{name: "gat hit", c: cmd(command.OpGAT, exptime(30)), old: stored("10"), v: put, next: touched, res: command.Result{Status: command.StatusHit, Item: touched}},
 

@@ -24,7 +24,8 @@ type Decoder interface {
 // any goroutine: an Encoder holds no state.
 type Encoder interface {
 	// AppendHit appends one hit of a retrieval: key, flags, value and,
-	// for gets and gats, the CAS token.
+	// for gets and gats, the CAS token. A touch that found its item is a
+	// hit too (value nil): the binary protocol answers its flags and CAS.
 	AppendHit(dst []byte, e Echo, key []byte, flags uint32, value []byte, cas uint64) []byte
 	// AppendMiss appends what a retrieval answers for a key it did not
 	// find (nothing in the text protocol).

@@ -176,11 +176,12 @@ func TestSuppressedClientErrorsCountAsClientErrors(t *testing.T) {
 // about one time in eight; with the slot free first it never is.
 func TestConnectionSlotFreedBeforeClientSeesClose(t *testing.T) {
 	_, addr := ownServer(t, mcserver.Config{MaxConnections: 1})
-	binaryGet := make([]byte, 24) // a binary-protocol header: answered "not supported", then closed
-	binaryGet[0] = 0x80
+	binaryQuit := make([]byte, 24) // answered, then closed
+	binaryQuit[0], binaryQuit[1] = 0x80, binary.OpcodeQuit
 	for _, tc := range []struct{ name, req, want string }{
 		{"quit", "version\r\nquit\r\n", "VERSION 1.6.21\r\n"},
-		{"closing error", string(binaryGet), string(binary.AppendNotSupported(nil, binaryGet))},
+		{"binary quit", string(binaryQuit), string(binary.AppendResponse(nil, binary.OpcodeQuit, binary.StatusSuccess, 0, 0, nil, nil, nil))},
+		{"closing error", "GET / HTTP/1.1\r\n\r\n", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			refused := 0

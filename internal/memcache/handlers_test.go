@@ -1,8 +1,10 @@
 package memcache_test
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"strings"
 	"testing"
@@ -103,29 +105,44 @@ func TestGatRefusedInALaterChunkEndsItsReply(t *testing.T) {
 	}
 }
 
-// A client speaking the binary protocol gets that protocol's "not supported"
-// response at once and the connection closes, instead of waiting for its
-// timeout; the server keeps serving text clients.
-func TestBinaryClientIsRefusedAtOnce(t *testing.T) {
+// TestBinaryAndTextShareItems: a client speaking the binary protocol is
+// served on the same port, and what it stores a text client reads, with the
+// same flags and CAS token, and the other way round.
+func TestBinaryAndTextShareItems(t *testing.T) {
 	n := startNode(t)
 	nc, err := net.Dial("tcp", n.MemcacheAddr())
 	require.NoError(t, err)
 	defer nc.Close()
-	// A binary GET of "foo": magic, opcode 0x00, key length 3, opaque 7.
-	req := []byte{0x80, 0x00, 0x00, 0x03, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0, 'f', 'o', 'o'}
-	_, err = nc.Write(req)
-	require.NoError(t, err)
-	// The deadline only bounds a failure; a correct server answers at once.
-	require.NoError(t, nc.SetReadDeadline(time.Now().Add(10*time.Second)))
-	reply, err := io.ReadAll(nc)
-	require.NoError(t, err, "the server closes after its answer")
-	require.GreaterOrEqual(t, len(reply), binary.HeaderLen, "reply %q", reply)
-	require.Equal(t, byte(0x81), reply[0])
-	require.Equal(t, []byte{0x00, 0x83}, reply[6:8], "status: not supported")
-	require.Equal(t, []byte{0, 0, 0, 7}, reply[12:16], "opaque echoed")
+	require.NoError(t, nc.SetDeadline(time.Now().Add(10*time.Second))) // bounds a failure only
+	r := bufio.NewReader(nc)
+	exchange := func(req []byte) []byte {
+		t.Helper()
+		_, err := nc.Write(req)
+		require.NoError(t, err)
+		hdr := make([]byte, binary.HeaderLen)
+		_, err = io.ReadFull(r, hdr)
+		require.NoError(t, err)
+		body := make([]byte, int(hdr[8])<<24|int(hdr[9])<<16|int(hdr[10])<<8|int(hdr[11]))
+		_, err = io.ReadFull(r, body)
+		require.NoError(t, err)
+		return append(hdr, body...)
+	}
+	extras := []byte{0, 0, 0, 42, 0, 0, 0, 0} // flags 42, no expiry
+	set := exchange(binaryPacket(0x01, []byte("shared"), extras, []byte("from binary")))
+	require.Equal(t, []byte{0, 0}, set[6:8], "set: success")
+	cas := set[16:24]
 
 	c := dial(t, n.MemcacheAddr())
-	require.Equal(t, []string{"STORED"}, c.do("set k 0 0 1\r\nv\r\n", "STORED"))
+	got := c.do("gets shared\r\n")
+	require.Len(t, got, 3)
+	require.Equal(t, fmt.Sprintf("VALUE shared 42 11 %d", new(big.Int).SetBytes(cas)), got[0], "the CAS binary returned is the text token")
+	require.Equal(t, "from binary", got[1])
+
+	require.Equal(t, []string{"STORED"}, c.do("set shared 7 0 9\r\nfrom text\r\n", "STORED"))
+	get := exchange(binaryPacket(0x0c, []byte("shared"), nil, nil)) // GetK
+	require.Equal(t, []byte{0, 0}, get[6:8], "getk: success")
+	require.Equal(t, []byte{0, 0, 0, 7}, get[24:28], "flags")
+	require.Equal(t, "sharedfrom text", string(get[28:]), "key, then value")
 }
 
 // TestBinaryMagicLaterIsText: only a connection's first byte selects the

@@ -50,6 +50,16 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 		st.CmdSet.Add(1)
 		cmd := &command.Command{Op: storageOps[req.Op], Key: req.Keys[0], Value: req.Data,
 			Flags: req.Flags, Exptime: req.Exptime, CAS: req.CAS}
+		if req.CAS != 0 {
+			// An append or prepend that must match a CAS (the binary
+			// protocol's; set, add and replace with one are cas).
+			switch req.Op {
+			case mcproto.OpAppend:
+				cmd.Op = command.OpAppendCAS
+			case mcproto.OpPrepend:
+				cmd.Op = command.OpPrependCAS
+			}
+		}
 		isCAS := req.Op == mcproto.OpCas
 		return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
 			switch r.Status {
@@ -62,7 +72,9 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 			case command.StatusNotStored:
 				return enc.AppendStatus(dst, e, mcproto.StatusNotStored, 0)
 			case command.StatusExists:
-				st.CasBadval.Add(1)
+				if isCAS { // not an append or prepend with a stale CAS
+					st.CasBadval.Add(1)
+				}
 				return enc.AppendStatus(dst, e, mcproto.StatusExists, 0)
 			case command.StatusNotFound:
 				st.CasMisses.Add(1)
@@ -81,14 +93,26 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 			op, hits, misses = command.OpDecr, &st.DecrHits, &st.DecrMisses
 		}
 		cmd := &command.Command{Op: op, Key: req.Keys[0], Delta: req.Delta}
+		if req.Create || req.CAS != 0 {
+			// With a counter to create, or a CAS to match: the binary
+			// protocol's incr and decr.
+			cmd = &command.Command{Op: command.OpArith, Key: req.Keys[0], Delta: req.Delta, Decr: op == command.OpDecr,
+				CAS: req.CAS, Create: req.Create, Initial: req.Initial, Exptime: req.Exptime}
+		}
 		return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
 			switch r.Status {
 			case command.StatusValue:
-				hits.Add(1)
+				if r.Created {
+					st.TotalItems.Add(1) // neither a hit nor a miss, as memcached counts it
+				} else {
+					hits.Add(1)
+				}
 				if r.Grew {
 					st.TotalItems.Add(1)
 				}
 				return enc.AppendNumber(dst, e, r.Value, r.CAS)
+			case command.StatusExists:
+				return enc.AppendStatus(dst, e, mcproto.StatusExists, 0)
 			case command.StatusNotFound:
 				misses.Add(1)
 				return enc.AppendStatus(dst, e, mcproto.StatusNotFound, 0)
@@ -104,7 +128,7 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 			switch r.Status {
 			case command.StatusTouched:
 				st.TouchHits.Add(1)
-				return enc.AppendStatus(dst, e, mcproto.StatusTouched, 0)
+				return enc.AppendHit(dst, e, nil, r.Item.Flags, nil, r.Item.CAS)
 			case command.StatusNotFound:
 				st.TouchMisses.Add(1)
 				return enc.AppendStatus(dst, e, mcproto.StatusNotFound, 0)
@@ -113,8 +137,13 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 		})
 	case mcproto.OpDelete:
 		cmd := &command.Command{Op: command.OpDelete, Key: req.Keys[0]}
+		if req.CAS != 0 {
+			cmd = &command.Command{Op: command.OpDeleteCAS, Key: req.Keys[0], CAS: req.CAS}
+		}
 		return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
 			switch r.Status {
+			case command.StatusExists:
+				return enc.AppendStatus(dst, e, mcproto.StatusExists, 0)
 			case command.StatusDeleted:
 				st.DeleteHits.Add(1)
 				return enc.AppendStatus(dst, e, mcproto.StatusDeleted, 0)
@@ -140,6 +169,12 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 		return mcserver.Final(enc.AppendStatus(nil, e, mcproto.StatusQuit, 0))
 	case mcproto.OpNoop:
 		return mcserver.Final(enc.AppendStatus(nil, e, mcproto.StatusNoop, 0))
+	case mcproto.OpSASLList, mcproto.OpSASLAuth, mcproto.OpSASLStep:
+		// Authentication is off (it comes with the security work): the
+		// SASL opcodes are unknown commands, as to a memcached started
+		// without -S.
+		st.count(0, ResultError, 1)
+		return mcserver.Final(enc.AppendError(nil, e, mcproto.KindError, ""))
 	case mcproto.OpStats:
 		ss.c.WaitOwnWrites() // counters must include this connection's writes
 		buf, ok := ss.statsReply(e, req.Args)
@@ -160,7 +195,10 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 func (ss *session) Rejected(req *mcproto.Request, perr *mcproto.Error) *mcserver.Reply {
 	st := ss.s.stats
 	if perr.TooLarge {
-		st.StoreTooLarge.Add(1)
+		if req.Echo.Proto != mcproto.Binary {
+			// memcached counts the text protocol's refusals only.
+			st.StoreTooLarge.Add(1)
+		}
 		st.count(req.Op, ResultServerError, 1)
 		if req.Op == mcproto.OpSet && len(req.Keys) == 1 {
 			if call, err := ss.submit(&command.Command{Op: command.OpDelete, Key: req.Keys[0]}); err == nil {
@@ -290,6 +328,8 @@ func errorKind(err error) (mcproto.ErrorKind, string) {
 		return mcproto.KindServer, "timeout: outcome unknown, the write may have been applied"
 	case errors.Is(err, kv.ErrTimeout):
 		return mcproto.KindServer, "timeout"
+	case errors.Is(err, kv.ErrClusterVersion):
+		return mcproto.KindServer, "not supported until every member runs a kvd that applies it (cluster version 4)"
 	case errors.Is(err, kv.ErrStopped), errors.Is(err, context.Canceled):
 		return mcproto.KindServer, "shutting down"
 	default:

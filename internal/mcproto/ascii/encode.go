@@ -163,10 +163,14 @@ var statusLines = [...]string{
 	mcproto.StatusNoop:      "MN\r\n", // meta's mn; the text protocol has no noop
 }
 
-// AppendHit appends a VALUE entry; gets and gats carry the CAS token.
+// AppendHit appends a VALUE entry; gets and gats carry the CAS token. A
+// touch that found its item answers TOUCHED.
 func (*Codec) AppendHit(dst []byte, e mcproto.Echo, key []byte, flags uint32, value []byte, cas uint64) []byte {
 	if e.Noreply {
 		return dst
+	}
+	if e.Op == mcproto.OpTouch {
+		return append(dst, ReplyTouched...)
 	}
 	return AppendValue(dst, key, flags, value, cas, e.Op == mcproto.OpGets || e.Op == mcproto.OpGats)
 }

@@ -185,7 +185,6 @@ func TestResponsesGolden(t *testing.T) {
 	add("server", enc.AppendError(nil, echo(OpcodeSet), mcproto.KindServer, "timeout: outcome unknown, the write may have been applied"))
 	add("server without words", enc.AppendError(nil, echo(OpcodeSet), mcproto.KindServer, ""))
 	add("unexpected status", enc.AppendStatus(nil, echo(OpcodeSet), mcproto.Status(200), 0))
-	add("not supported (compat)", AppendNotSupported(nil, pkt(OpcodeGet, "k", "", "", 0, capOpaque)))
 
 	path := filepath.Join("testdata", "responses.golden")
 	if *update {

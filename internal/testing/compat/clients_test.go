@@ -99,7 +99,8 @@ func TestConformanceKvd(t *testing.T) {
 }
 
 // TestClientsAgainstClusterFollower points the conformance table,
-// memccapable, gomemcache's suite and pymemcache's at a follower of a
+// memccapable (text and binary), gomemcache's suite, pymemcache's, the
+// binary client libraries and libmemcached's tools at a follower of a
 // 3-node cluster:
 // every write is forwarded to the leader and every read goes through
 // ReadIndex.
@@ -123,6 +124,10 @@ func TestClientsAgainstClusterFollower(t *testing.T) {
 	t.Run("pymemcache", func(t *testing.T) {
 		runPymemcacheSuite(t, pymemcacheTests(t), follower.MemcacheAddr)
 	})
+	// The binary protocol's clients and tools, through the same follower.
+	runBinaryClients(t, follower.MemcacheAddr)
+	runMemccapableBinary(t, follower.MemcacheAddr)
+	runLibmemcachedTools(t, follower.MemcacheAddr)
 }
 
 // clusterFollower starts a 3-node cluster and returns one of its followers.
