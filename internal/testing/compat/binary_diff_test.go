@@ -219,6 +219,7 @@ func runBinaryDifferential(t *testing.T, mcAddr, kvdAddr string) {
 	mc.dial(t)
 	kvd.dial(t)
 	prefix := fmt.Sprintf("bd%d_", time.Now().UnixNano())
+	before := []map[string]uint64{counters(t, mcAddr), counters(t, kvdAddr)}
 	compared := 0
 	defer func() {
 		// The table answers about 60 responses; a harness that compared
@@ -238,6 +239,13 @@ func runBinaryDifferential(t *testing.T, mcAddr, kvdAddr string) {
 			mc.dial(t)
 			kvd.dial(t)
 		}
+	}
+	// The stats counters moved alike: binary requests count as memcached
+	// counts them.
+	after := []map[string]uint64{counters(t, mcAddr), counters(t, kvdAddr)}
+	for _, name := range comparedCounters {
+		require.Equal(t, after[0][name]-before[0][name], after[1][name]-before[1][name],
+			"%s: memcached moved by %d, kvd by %d", name, after[0][name]-before[0][name], after[1][name]-before[1][name])
 	}
 }
 
