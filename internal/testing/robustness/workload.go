@@ -36,13 +36,16 @@ type client struct {
 	timeout time.Duration
 	rng     *rand.Rand
 	h       *History
-	conns   map[*Node]*mcConn
+	conns   map[*Node]mcClient
 	seq     int
+	// binary: this client speaks the binary protocol (every other client
+	// does), so that histories mix both protocols on the same keys.
+	binary bool
 }
 
 func newClient(id int, pinned *Node, nodes []*Node, timeout time.Duration, seed uint64, h *History) *client {
 	return &client{id: id, pinned: pinned, nodes: nodes, timeout: timeout,
-		rng: rand.New(rand.NewPCG(seed, uint64(id))), h: h, conns: map[*Node]*mcConn{}}
+		rng: rand.New(rand.NewPCG(seed, uint64(id))), h: h, conns: map[*Node]mcClient{}, binary: id%2 == 1}
 }
 
 func (c *client) close() {
@@ -80,7 +83,12 @@ func (c *client) exec(n *Node, key string, in Input) (Output, error) {
 	mc := c.conns[n]
 	if mc == nil {
 		var err error
-		if mc, err = dialMC(n.MemcacheAddr, c.timeout); err != nil {
+		if c.binary {
+			mc, err = dialBinary(n.MemcacheAddr, c.timeout)
+		} else {
+			mc, err = dialMC(n.MemcacheAddr, c.timeout)
+		}
+		if err != nil {
 			return Output{}, err
 		}
 		c.conns[n] = mc
