@@ -1,15 +1,12 @@
 package compat
 
 import (
-	"bufio"
 	"encoding/json"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -155,23 +152,9 @@ func statOf(t *testing.T, addr, name string) string {
 // generalStats reads `stats` on a connection of its own.
 func generalStats(t *testing.T, addr string) map[string]string {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
-	_, err = c.Write([]byte("stats\r\n"))
-	require.NoError(t, err)
-	r := bufio.NewReader(c)
 	out := map[string]string{}
-	for {
-		l, err := r.ReadString('\n')
-		require.NoError(t, err)
-		l = strings.TrimSpace(l)
-		if l == "END" {
-			return out
-		}
-		if f := strings.Fields(l); len(f) == 3 && f[0] == "STAT" {
-			out[f[1]] = f[2]
-		}
+	for _, st := range statLines(t, addr) {
+		out[st[0]] = st[1]
 	}
+	return out
 }

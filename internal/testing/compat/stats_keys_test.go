@@ -46,6 +46,17 @@ func TestGeneralStatsCoverMemcached(t *testing.T) {
 // names in the order the server prints them.
 func statNames(t *testing.T, addr string) []string {
 	t.Helper()
+	var names []string
+	for _, st := range statLines(t, addr) {
+		names = append(names, st[0])
+	}
+	return names
+}
+
+// statLines reads `stats` on a connection of its own: each field's name and
+// value, in the order the server prints them.
+func statLines(t *testing.T, addr string) [][2]string {
+	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	require.NoError(t, err)
 	defer c.Close()
@@ -53,17 +64,17 @@ func statNames(t *testing.T, addr string) []string {
 	_, err = c.Write([]byte("stats\r\n"))
 	require.NoError(t, err)
 	r := bufio.NewReader(c)
-	var names []string
+	var out [][2]string
 	for {
 		line, err := r.ReadString('\n')
 		require.NoError(t, err)
 		line = strings.TrimSuffix(line, "\r\n")
 		if line == "END" {
-			return names
+			return out
 		}
 		f := strings.SplitN(line, " ", 3)
 		require.Len(t, f, 3, "line %q", line)
 		require.Equal(t, "STAT", f[0], "line %q", line)
-		names = append(names, f[1])
+		out = append(out, [2]string{f[1], f[2]})
 	}
 }
