@@ -47,112 +47,13 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 	case mcproto.OpGat, mcproto.OpGats:
 		return ss.gat(req)
 	case mcproto.OpSet, mcproto.OpAdd, mcproto.OpReplace, mcproto.OpAppend, mcproto.OpPrepend, mcproto.OpCas:
-		st.CmdSet.Add(1)
-		cmd := &command.Command{Op: storageOps[req.Op], Key: req.Keys[0], Value: req.Data,
-			Flags: req.Flags, Exptime: req.Exptime, CAS: req.CAS}
-		if req.CAS != 0 {
-			// An append or prepend that must match a CAS (the binary
-			// protocol's; set, add and replace with one are cas).
-			switch req.Op {
-			case mcproto.OpAppend:
-				cmd.Op = command.OpAppendCAS
-			case mcproto.OpPrepend:
-				cmd.Op = command.OpPrependCAS
-			}
-		}
-		isCAS := req.Op == mcproto.OpCas
-		return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
-			switch r.Status {
-			case command.StatusStored:
-				st.TotalItems.Add(1)
-				if isCAS {
-					st.CasHits.Add(1)
-				}
-				return enc.AppendStatus(dst, e, mcproto.StatusStored, r.CAS)
-			case command.StatusNotStored:
-				return enc.AppendStatus(dst, e, mcproto.StatusNotStored, 0)
-			case command.StatusExists:
-				if isCAS { // not an append or prepend with a stale CAS
-					st.CasBadval.Add(1)
-				}
-				return enc.AppendStatus(dst, e, mcproto.StatusExists, 0)
-			case command.StatusNotFound:
-				st.CasMisses.Add(1)
-				return enc.AppendStatus(dst, e, mcproto.StatusNotFound, 0)
-			case command.StatusTooLarge:
-				// An append or prepend whose result would exceed the item
-				// size limit: memcached 1.6 fails to allocate the combined
-				// item and answers NOT_STORED, keeping the old value.
-				return enc.AppendStatus(dst, e, mcproto.StatusNotStored, 0)
-			}
-			return ss.unexpected(dst, e, r)
-		})
+		return ss.store(req)
 	case mcproto.OpIncr, mcproto.OpDecr:
-		op, hits, misses := command.OpIncr, &st.IncrHits, &st.IncrMisses
-		if req.Op == mcproto.OpDecr {
-			op, hits, misses = command.OpDecr, &st.DecrHits, &st.DecrMisses
-		}
-		cmd := &command.Command{Op: op, Key: req.Keys[0], Delta: req.Delta}
-		if req.Create || req.CAS != 0 {
-			// With a counter to create, or a CAS to match: the binary
-			// protocol's incr and decr.
-			cmd = &command.Command{Op: command.OpArith, Key: req.Keys[0], Delta: req.Delta, Decr: op == command.OpDecr,
-				CAS: req.CAS, Create: req.Create, Initial: req.Initial, Exptime: req.Exptime}
-		}
-		return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
-			switch r.Status {
-			case command.StatusValue:
-				if r.Created {
-					st.TotalItems.Add(1) // neither a hit nor a miss, as memcached counts it
-				} else {
-					hits.Add(1)
-				}
-				if r.Grew {
-					st.TotalItems.Add(1)
-				}
-				return enc.AppendNumber(dst, e, r.Value, r.CAS)
-			case command.StatusExists:
-				return enc.AppendStatus(dst, e, mcproto.StatusExists, 0)
-			case command.StatusNotFound:
-				misses.Add(1)
-				return enc.AppendStatus(dst, e, mcproto.StatusNotFound, 0)
-			case command.StatusNonNumeric:
-				return enc.AppendError(dst, e, mcproto.KindNonNumeric, "")
-			}
-			return ss.unexpected(dst, e, r)
-		})
+		return ss.arith(req)
 	case mcproto.OpTouch:
-		st.CmdTouch.Add(1)
-		cmd := &command.Command{Op: command.OpTouch, Key: req.Keys[0], Exptime: req.Exptime}
-		return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
-			switch r.Status {
-			case command.StatusTouched:
-				st.TouchHits.Add(1)
-				return enc.AppendHit(dst, e, nil, r.Item.Flags, nil, r.Item.CAS)
-			case command.StatusNotFound:
-				st.TouchMisses.Add(1)
-				return enc.AppendStatus(dst, e, mcproto.StatusNotFound, 0)
-			}
-			return ss.unexpected(dst, e, r)
-		})
+		return ss.touch(req)
 	case mcproto.OpDelete:
-		cmd := &command.Command{Op: command.OpDelete, Key: req.Keys[0]}
-		if req.CAS != 0 {
-			cmd = &command.Command{Op: command.OpDeleteCAS, Key: req.Keys[0], CAS: req.CAS}
-		}
-		return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
-			switch r.Status {
-			case command.StatusExists:
-				return enc.AppendStatus(dst, e, mcproto.StatusExists, 0)
-			case command.StatusDeleted:
-				st.DeleteHits.Add(1)
-				return enc.AppendStatus(dst, e, mcproto.StatusDeleted, 0)
-			case command.StatusNotFound:
-				st.DeleteMisses.Add(1)
-				return enc.AppendStatus(dst, e, mcproto.StatusNotFound, 0)
-			}
-			return ss.unexpected(dst, e, r)
-		})
+		return ss.delete(req)
 	case mcproto.OpFlushAll:
 		st.CmdFlush.Add(1)
 		cmd := &command.Command{Op: command.OpFlush, Delay: max(req.Delay, 0)}
@@ -187,6 +88,129 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 	}
 	st.count(0, ResultError, 1)
 	return mcserver.Final(enc.AppendError(nil, e, mcproto.KindError, ""))
+}
+
+// store answers set, add, replace, append, prepend and cas.
+func (ss *session) store(req *mcproto.Request) *mcserver.Reply {
+	st, enc, e := ss.s.stats, ss.enc, req.Echo
+	st.CmdSet.Add(1)
+	cmd := &command.Command{Op: storageOps[req.Op], Key: req.Keys[0], Value: req.Data,
+		Flags: req.Flags, Exptime: req.Exptime, CAS: req.CAS}
+	if req.CAS != 0 {
+		// An append or prepend that must match a CAS (the binary
+		// protocol's; set, add and replace with one are cas).
+		switch req.Op {
+		case mcproto.OpAppend:
+			cmd.Op = command.OpAppendCAS
+		case mcproto.OpPrepend:
+			cmd.Op = command.OpPrependCAS
+		}
+	}
+	isCAS := req.Op == mcproto.OpCas
+	return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
+		switch r.Status {
+		case command.StatusStored:
+			st.TotalItems.Add(1)
+			if isCAS {
+				st.CasHits.Add(1)
+			}
+			return enc.AppendStatus(dst, e, mcproto.StatusStored, r.CAS)
+		case command.StatusNotStored:
+			return enc.AppendStatus(dst, e, mcproto.StatusNotStored, 0)
+		case command.StatusExists:
+			if isCAS { // not an append or prepend with a stale CAS
+				st.CasBadval.Add(1)
+			}
+			return enc.AppendStatus(dst, e, mcproto.StatusExists, 0)
+		case command.StatusNotFound:
+			st.CasMisses.Add(1)
+			return enc.AppendStatus(dst, e, mcproto.StatusNotFound, 0)
+		case command.StatusTooLarge:
+			// An append or prepend whose result would exceed the item
+			// size limit: memcached 1.6 fails to allocate the combined
+			// item and answers NOT_STORED, keeping the old value.
+			return enc.AppendStatus(dst, e, mcproto.StatusNotStored, 0)
+		}
+		return ss.unexpected(dst, e, r)
+	})
+}
+
+// arith answers incr and decr.
+func (ss *session) arith(req *mcproto.Request) *mcserver.Reply {
+	st, enc, e := ss.s.stats, ss.enc, req.Echo
+	op, hits, misses := command.OpIncr, &st.IncrHits, &st.IncrMisses
+	if req.Op == mcproto.OpDecr {
+		op, hits, misses = command.OpDecr, &st.DecrHits, &st.DecrMisses
+	}
+	cmd := &command.Command{Op: op, Key: req.Keys[0], Delta: req.Delta}
+	if req.Create || req.CAS != 0 {
+		// With a counter to create, or a CAS to match: the binary
+		// protocol's incr and decr.
+		cmd = &command.Command{Op: command.OpArith, Key: req.Keys[0], Delta: req.Delta, Decr: op == command.OpDecr,
+			CAS: req.CAS, Create: req.Create, Initial: req.Initial, Exptime: req.Exptime}
+	}
+	return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
+		switch r.Status {
+		case command.StatusValue:
+			if r.Created {
+				st.TotalItems.Add(1) // neither a hit nor a miss, as memcached counts it
+			} else {
+				hits.Add(1)
+			}
+			if r.Grew {
+				st.TotalItems.Add(1)
+			}
+			return enc.AppendNumber(dst, e, r.Value, r.CAS)
+		case command.StatusExists:
+			return enc.AppendStatus(dst, e, mcproto.StatusExists, 0)
+		case command.StatusNotFound:
+			misses.Add(1)
+			return enc.AppendStatus(dst, e, mcproto.StatusNotFound, 0)
+		case command.StatusNonNumeric:
+			return enc.AppendError(dst, e, mcproto.KindNonNumeric, "")
+		}
+		return ss.unexpected(dst, e, r)
+	})
+}
+
+// touch answers touch.
+func (ss *session) touch(req *mcproto.Request) *mcserver.Reply {
+	st, enc, e := ss.s.stats, ss.enc, req.Echo
+	st.CmdTouch.Add(1)
+	cmd := &command.Command{Op: command.OpTouch, Key: req.Keys[0], Exptime: req.Exptime}
+	return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
+		switch r.Status {
+		case command.StatusTouched:
+			st.TouchHits.Add(1)
+			return enc.AppendHit(dst, e, nil, r.Item.Flags, nil, r.Item.CAS)
+		case command.StatusNotFound:
+			st.TouchMisses.Add(1)
+			return enc.AppendStatus(dst, e, mcproto.StatusNotFound, 0)
+		}
+		return ss.unexpected(dst, e, r)
+	})
+}
+
+// delete answers delete.
+func (ss *session) delete(req *mcproto.Request) *mcserver.Reply {
+	st, enc, e := ss.s.stats, ss.enc, req.Echo
+	cmd := &command.Command{Op: command.OpDelete, Key: req.Keys[0]}
+	if req.CAS != 0 {
+		cmd = &command.Command{Op: command.OpDeleteCAS, Key: req.Keys[0], CAS: req.CAS}
+	}
+	return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
+		switch r.Status {
+		case command.StatusExists:
+			return enc.AppendStatus(dst, e, mcproto.StatusExists, 0)
+		case command.StatusDeleted:
+			st.DeleteHits.Add(1)
+			return enc.AppendStatus(dst, e, mcproto.StatusDeleted, 0)
+		case command.StatusNotFound:
+			st.DeleteMisses.Add(1)
+			return enc.AppendStatus(dst, e, mcproto.StatusNotFound, 0)
+		}
+		return ss.unexpected(dst, e, r)
+	})
 }
 
 // Rejected counts a request the codec refused and answers what the codec
