@@ -143,6 +143,8 @@ func binaryExchanges() []binExchange {
 		ex("quiet gat", binReq{op: binGATQ, key: "nope", extras: u32(100)}, binReq{op: binGATKQ, key: "nope", extras: u32(100)},
 			binReq{op: binGATKQ, key: "a", extras: u32(100)}),
 		ex("unknown opcode", binReq{op: 0x50, opaque: 3}),
+		ex("stat of an unknown group", binReq{op: binStat, key: "nosuchgroup"}),
+		ex("stats reset", binReq{op: binStat, key: "reset"}),
 		ex("sasl when off", binReq{op: binSASLList}),
 		closing("key too long", binReq{op: binGet, key: strings.Repeat("k", 251)}),
 		closing("set without extras", binReq{op: binSet, key: "x", value: "v"}),
@@ -275,6 +277,50 @@ func TestBinaryDifferential(t *testing.T) {
 		}
 		runBinaryDifferential(t, mc, clusterFollower(t).MemcacheAddr)
 	})
+}
+
+// TestBinaryStatsPackets: a Stat request without a group is answered with
+// one packet per statistic and an empty one to end them; kvd's carry every
+// field memcached's do, in memcached's order (the values differ, as the
+// text protocol's do).
+func TestBinaryStatsPackets(t *testing.T) {
+	needMemcached(t)
+	p := kvdproc.Start(t, t.TempDir())
+	names := func(addr string) []string {
+		s := &binSide{name: addr, addr: addr}
+		s.dial(t)
+		rs, err := s.exchange([]binReq{{op: binStat, opaque: 5}}, "", false)
+		require.NoError(t, err)
+		require.NotEmpty(t, rs)
+		var out []string
+		for i, r := range rs {
+			require.Equal(t, byte(binStat), r[1])
+			require.Equal(t, []byte{0, 0}, r[6:8], "status of packet %d", i)
+			require.Equal(t, []byte{0, 0, 0, 5}, r[12:16], "opaque of packet %d", i)
+			keyLen := int(binary.BigEndian.Uint16(r[2:]))
+			if i == len(rs)-1 {
+				require.Zero(t, keyLen, "the last packet is the empty one")
+				require.Len(t, r, 24)
+				continue
+			}
+			require.Positive(t, keyLen, "packet %d", i)
+			out = append(out, string(r[24+int(r[4]):24+int(r[4])+keyLen]))
+		}
+		return out
+	}
+	mc, kvd := names(startMemcached(t, memcachedBin)), names(p.MemcacheAddr)
+	require.Greater(t, len(mc), 80)
+	at := map[string]int{}
+	for i, n := range kvd {
+		at[n] = i
+	}
+	last := -1
+	for _, n := range mc {
+		i, ok := at[n]
+		require.True(t, ok, "kvd's binary stats lack %s", n)
+		require.Greater(t, i, last, "%s out of memcached's order", n)
+		last = i
+	}
 }
 
 // TestBinaryDifferentialSelf checks the harness on memcached alone: two
