@@ -3,11 +3,13 @@ package ascii
 import (
 	"bytes"
 	"errors"
-	"github.com/kvd-project/kvd/internal/mcproto"
 	"io"
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"github.com/kvd-project/kvd/internal/mcproto"
+	"github.com/kvd-project/kvd/internal/testing/chunkread"
 )
 
 // fuzzLimits are small so that random inputs reach every bound.
@@ -25,28 +27,6 @@ var knownReplies = map[string]bool{
 	MsgInvalidDelta: true, MsgDeleteUsage: true, MsgObjectTooLarge: true, MsgShutdownDisabled: true,
 }
 
-// chunkReader returns the input in chunks whose sizes cycle through sizes.
-type chunkReader struct {
-	data  []byte
-	sizes []byte
-	i     int
-}
-
-func (c *chunkReader) Read(p []byte) (int, error) {
-	if len(c.data) == 0 {
-		return 0, io.EOF
-	}
-	n := 1
-	if len(c.sizes) > 0 {
-		n = int(c.sizes[c.i%len(c.sizes)])%17 + 1
-		c.i++
-	}
-	n = min(n, len(p), len(c.data))
-	copy(p, c.data[:n])
-	c.data = c.data[n:]
-	return n, nil
-}
-
 // FuzzReader: random input never panics, never makes the parser loop,
 // never yields a request that breaks the limits or the per-command shape,
 // and parses the same however the bytes are split.
@@ -60,7 +40,7 @@ func FuzzReader(f *testing.F) {
 		for _, lim := range []mcproto.Limits{fuzzLimits, fuzzBigValueLimits} {
 			whole := fuzzParse(t, bytes.NewReader(in), len(in), lim)
 			one := fuzzParse(t, iotest.OneByteReader(bytes.NewReader(in)), len(in), lim)
-			chunked := fuzzParse(t, &chunkReader{data: in, sizes: in}, len(in), lim)
+			chunked := fuzzParse(t, &chunkread.Reader{Data: in, Sizes: in, Max: 17}, len(in), lim)
 			if !equalStrings(whole, one) || !equalStrings(whole, chunked) {
 				t.Fatalf("split reads disagree (%+v):\nwhole   %q\none     %q\nchunked %q", lim, whole, one, chunked)
 			}

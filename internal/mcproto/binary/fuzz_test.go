@@ -9,32 +9,11 @@ import (
 	"testing/iotest"
 
 	"github.com/kvd-project/kvd/internal/mcproto"
+	"github.com/kvd-project/kvd/internal/testing/chunkread"
 )
 
 // fuzzLimits are small so that random inputs reach the size limit.
 var fuzzLimits = mcproto.Limits{MaxItemSize: 64}
-
-// chunkReader returns the input in chunks whose sizes cycle through sizes.
-type chunkReader struct {
-	data  []byte
-	sizes []byte
-	i     int
-}
-
-func (c *chunkReader) Read(p []byte) (int, error) {
-	if len(c.data) == 0 {
-		return 0, io.EOF
-	}
-	n := 1
-	if len(c.sizes) > 0 {
-		n = int(c.sizes[c.i%len(c.sizes)])%31 + 1
-		c.i++
-	}
-	n = min(n, len(p), len(c.data))
-	copy(p, c.data[:n])
-	c.data = c.data[n:]
-	return n, nil
-}
 
 // FuzzDecode: random input never panics, never loops, never yields a
 // request that breaks the limits or its operation's shape, answers only
@@ -51,7 +30,7 @@ func FuzzDecode(f *testing.F) {
 		for _, lim := range []mcproto.Limits{fuzzLimits, {}} {
 			whole := fuzzDecode(t, bytes.NewReader(in), len(in), lim)
 			one := fuzzDecode(t, iotest.OneByteReader(bytes.NewReader(in)), len(in), lim)
-			chunked := fuzzDecode(t, &chunkReader{data: in, sizes: in}, len(in), lim)
+			chunked := fuzzDecode(t, &chunkread.Reader{Data: in, Sizes: in, Max: 31}, len(in), lim)
 			if !slices.Equal(whole, one) || !slices.Equal(whole, chunked) {
 				t.Fatalf("split reads disagree (%+v):\nwhole   %q\none     %q\nchunked %q", lim, whole, one, chunked)
 			}
