@@ -96,6 +96,61 @@ const (
 	// CAS is CAS. Cluster version 4.
 	OpAppendCAS  Op = 18
 	OpPrependCAS Op = 19
+	// The meta commands' writes (cluster version 5). They carry what the
+	// meta flags ask for; MetaFlags says which optional fields are set.
+	//
+	// OpMetaGet is an mg that changes its item: T (new expiry), N
+	// (create a missing item, empty, and win it), R (win when the item
+	// expires sooner than Recache), and the win token of a stale item.
+	OpMetaGet Op = 20
+	// OpMetaStore is ms: Mode, C (compare), E (new CAS), I (invalidate:
+	// a CAS older than the item's stores the value as stale).
+	OpMetaStore Op = 21
+	// OpMetaDelete is md: C, E, I (mark stale instead of deleting, with
+	// T a new expiry), x (keep the item with an empty value).
+	OpMetaDelete Op = 22
+	// OpMetaArith is ma: OpArith's fields plus E and T.
+	OpMetaArith Op = 23
+	// OpAccess marks the listed items read (fetched, last accessed at the
+	// entry's stamp), each only if its CAS is unchanged: what meta's h
+	// and l report, batched by each node from its reads.
+	OpAccess Op = 24
+)
+
+// MetaFlags say which of a meta command's optional fields are set, and
+// carry its switches.
+type MetaFlags uint16
+
+const (
+	// MetaHasCAS: CAS is a comparison (C). Needed because C0 is one too.
+	MetaHasCAS MetaFlags = 1 << iota
+	// MetaHasNewCAS: NewCAS is the CAS the changed item takes (E).
+	MetaHasNewCAS
+	// MetaHasTTL: Exptime is a new expiry (T).
+	MetaHasTTL
+	// MetaVivify: create a missing item (N), expiring by Vivify.
+	MetaVivify
+	// MetaRecache: win when the item expires before Recache (R).
+	MetaRecache
+	// MetaInvalidate: ms's and md's I.
+	MetaInvalidate
+	// MetaRemoveValue: md's x.
+	MetaRemoveValue
+	// MetaWantValue: the result carries the item's value (mg's v).
+	MetaWantValue
+	// MetaNoBump: the request does not count as an access (mg's u).
+	MetaNoBump
+	// MetaDecr: ma decrements.
+	MetaDecr
+)
+
+// Meta store modes (OpMetaStore's Mode), as ms's M token names them.
+const (
+	ModeSet     byte = 'S'
+	ModeAdd     byte = 'E'
+	ModeReplace byte = 'R'
+	ModeAppend  byte = 'A'
+	ModePrepend byte = 'P'
 )
 
 // MinClusterVersion is the cluster version from which op may be proposed:
@@ -170,6 +225,17 @@ type Command struct {
 	// replaced or moved since was never asked whether it applies the
 	// version. 0 (entries written before it existed): not checked.
 	MemberTable uint64
+
+	// Meta, Mode, NewCAS, Vivify and Recache are the meta commands' (see
+	// OpMetaGet … OpMetaArith): which optional fields are set, ms's mode,
+	// E's CAS, N's exptime and R's, raw as the client sent them.
+	Meta    MetaFlags
+	Mode    byte
+	NewCAS  uint64
+	Vivify  int64
+	Recache int64
+	// Accessed lists the items an OpAccess marks read.
+	Accessed []KeyCAS
 }
 
 // MemberAttrs are a member's addresses as it advertises them.

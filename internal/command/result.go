@@ -64,6 +64,10 @@ type Result struct {
 	// been created at its initial value, a new item (total_items) that is
 	// neither a hit nor a miss.
 	Created bool
+	// Won (OpMetaGet): this request won the item's recache token, which
+	// no other request had (meta's W). HadToken: another request had won
+	// it before (Z).
+	Won, HadToken bool
 }
 
 // Item is one stored value as clients see it: what a read returns and what
@@ -81,6 +85,16 @@ type Item struct {
 	// a delayed flush_all hides items stored before its horizon.
 	StoredAt int64
 	Value    []byte
+	// The meta protocol's item state (all zero for an item no meta
+	// command touched, which the store keeps in its older, shorter form).
+	// Fetched: read since it was stored (h); AccessedAt: the stamp (Unix
+	// ns) of its last read or write, 0 meaning StoredAt (l); Stale: marked
+	// stale by md I or ms I (X); TokenSent: a request has won its recache
+	// token (Z to the others).
+	Fetched    bool
+	AccessedAt int64
+	Stale      bool
+	TokenSent  bool
 }
 
 // ExpirySec is the first whole Unix second at which the item is gone (0:

@@ -38,34 +38,47 @@ const (
 	OpSASLList
 	OpSASLAuth
 	OpSASLStep
+	// The meta commands: mg, ms, md and ma (Request.Meta holds their
+	// flags; ms's mode and ma's are there too), and me, meta's debug
+	// dump of an item. mn is OpNoop.
+	OpMetaGet
+	OpMetaSet
+	OpMetaDelete
+	OpMetaArith
+	OpMetaDebug
 	// NumOps sizes arrays indexed by Op.
 	NumOps
 )
 
 var opWords = [...]string{
-	OpGet:       "get",
-	OpGets:      "gets",
-	OpGat:       "gat",
-	OpGats:      "gats",
-	OpSet:       "set",
-	OpAdd:       "add",
-	OpReplace:   "replace",
-	OpAppend:    "append",
-	OpPrepend:   "prepend",
-	OpCas:       "cas",
-	OpIncr:      "incr",
-	OpDecr:      "decr",
-	OpTouch:     "touch",
-	OpDelete:    "delete",
-	OpFlushAll:  "flush_all",
-	OpVersion:   "version",
-	OpVerbosity: "verbosity",
-	OpStats:     "stats",
-	OpQuit:      "quit",
-	OpNoop:      "noop",
-	OpSASLList:  "sasl_list_mechs",
-	OpSASLAuth:  "sasl_auth",
-	OpSASLStep:  "sasl_step",
+	OpGet:        "get",
+	OpGets:       "gets",
+	OpGat:        "gat",
+	OpGats:       "gats",
+	OpSet:        "set",
+	OpAdd:        "add",
+	OpReplace:    "replace",
+	OpAppend:     "append",
+	OpPrepend:    "prepend",
+	OpCas:        "cas",
+	OpIncr:       "incr",
+	OpDecr:       "decr",
+	OpTouch:      "touch",
+	OpDelete:     "delete",
+	OpFlushAll:   "flush_all",
+	OpVersion:    "version",
+	OpVerbosity:  "verbosity",
+	OpStats:      "stats",
+	OpQuit:       "quit",
+	OpNoop:       "noop",
+	OpSASLList:   "sasl_list_mechs",
+	OpSASLAuth:   "sasl_auth",
+	OpSASLStep:   "sasl_step",
+	OpMetaGet:    "mg",
+	OpMetaSet:    "ms",
+	OpMetaDelete: "md",
+	OpMetaArith:  "ma",
+	OpMetaDebug:  "me",
 }
 
 // String returns the text protocol's word for o ("get", "flush_all", …).
@@ -142,6 +155,9 @@ type Request struct {
 	// Data is a storage operation's value (without the text protocol's
 	// trailing "\r\n").
 	Data []byte
+	// Meta is a meta command's flags (OpMetaGet … OpMetaDebug); zero for
+	// every other request.
+	Meta MetaFlags
 	// Echo is what the reply needs from the request.
 	Echo Echo
 }
@@ -165,4 +181,7 @@ type Echo struct {
 	Opcode uint8
 	// Opaque is the binary protocol's opaque value, echoed.
 	Opaque uint32
+	// Meta is what a meta reply repeats of its request (nil for every
+	// other protocol): its flag tokens, in the client's order, and its key.
+	Meta *MetaEcho
 }
