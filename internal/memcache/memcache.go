@@ -58,11 +58,13 @@ type Service struct {
 	// by stat name, which `stats` subtracts: the counters themselves keep
 	// counting, because the Prometheus metrics read them too.
 	statsBase atomic.Pointer[map[string]uint64]
+	// access batches this node's reads for meta's h and l.
+	access *accessMarks
 }
 
 // New builds the semantics over a kv service.
 func New(cfg Config, svc KV, logger *slog.Logger) *Service {
-	return &Service{cfg: cfg, kv: svc, stats: newStats(), log: logger}
+	return &Service{cfg: cfg, kv: svc, stats: newStats(), log: logger, access: newAccessMarks(svc)}
 }
 
 // Stats returns the counters (the listener's Counters included).
@@ -71,6 +73,7 @@ func (s *Service) Stats() *Stats { return s.stats }
 // NewSession implements mcserver.Handler.
 func (s *Service) NewSession(c *mcserver.Conn) mcserver.Session {
 	ss := &session{s: s, c: c, enc: c.Encoder()}
+	ss.menc, _ = ss.enc.(mcproto.MetaEncoder) // nil where no meta request can come
 	ss.gatKeyBytes.Store(int64(s.cfg.MaxItemSize))
 	return ss
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/kvd-project/kvd/internal/command"
 	"github.com/kvd-project/kvd/internal/kv"
@@ -19,6 +20,8 @@ type session struct {
 	s   *Service
 	c   *mcserver.Conn
 	enc mcproto.Encoder
+	// menc is enc's meta rendering: the text protocol's codec has one.
+	menc mcproto.MetaEncoder
 	// gatDone are the done channels of the last two gat chunks proposed on
 	// this connection, older first (see gat).
 	gatDone [2]<-chan struct{}
@@ -54,6 +57,22 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 		return ss.touch(req)
 	case mcproto.OpDelete:
 		return ss.delete(req)
+	case mcproto.OpMetaGet, mcproto.OpMetaSet, mcproto.OpMetaDelete, mcproto.OpMetaArith, mcproto.OpMetaDebug:
+		if ss.menc == nil { // a codec that decodes meta renders it too
+			break
+		}
+		switch req.Op {
+		case mcproto.OpMetaGet:
+			return ss.metaGet(req)
+		case mcproto.OpMetaSet:
+			return ss.metaSet(req)
+		case mcproto.OpMetaDelete:
+			return ss.metaDelete(req)
+		case mcproto.OpMetaArith:
+			return ss.metaArith(req)
+		default:
+			return ss.metaDebug(req)
+		}
 	case mcproto.OpFlushAll:
 		st.CmdFlush.Add(1)
 		cmd := &command.Command{Op: command.OpFlush, Delay: max(req.Delay, 0)}
@@ -224,7 +243,7 @@ func (ss *session) Rejected(req *mcproto.Request, perr *mcproto.Error) *mcserver
 			st.StoreTooLarge.Add(1)
 		}
 		st.count(req.Op, ResultServerError, 1)
-		if req.Op == mcproto.OpSet && len(req.Keys) == 1 {
+		if (req.Op == mcproto.OpSet || req.Op == mcproto.OpMetaSet) && len(req.Keys) == 1 {
 			if call, err := ss.submit(&command.Command{Op: command.OpDelete, Key: req.Keys[0]}); err == nil {
 				ss.c.Send(ss.c.Pending(func() []byte {
 					_, _ = call.Wait(ss.c.Context())
@@ -296,7 +315,11 @@ func (ss *session) write(e mcproto.Echo, cmd *command.Command, render func([]byt
 			st.count(which, ResultServerError, 1)
 			return ss.errorReply(dst, e, err)
 		}
-		st.count(which, statusResult(res[0].Status), 1)
+		result := statusResult(res[0].Status)
+		if which == mcproto.OpMetaGet && result == ResultNotFound {
+			result = ResultMiss // an mg through the log is still a read
+		}
+		st.count(which, result, 1)
 		return render(dst, res[0])
 	})
 }
@@ -353,7 +376,9 @@ func errorKind(err error) (mcproto.ErrorKind, string) {
 	case errors.Is(err, kv.ErrTimeout):
 		return mcproto.KindServer, "timeout"
 	case errors.Is(err, kv.ErrClusterVersion):
-		return mcproto.KindServer, "not supported until every member runs a kvd that applies it (cluster version 4)"
+		// "not every member runs a kvd that applies this operation yet:
+		// ms needs cluster version 5, the cluster is at 4".
+		return mcproto.KindServer, err.Error()
 	case errors.Is(err, kv.ErrStopped), errors.Is(err, context.Canceled):
 		return mcproto.KindServer, "shutting down"
 	default:
@@ -374,6 +399,7 @@ func (ss *session) get(req *mcproto.Request) *mcserver.Reply {
 		return mcserver.Final(ss.errorReply(nil, e, err))
 	}
 	var buf []byte
+	now := time.Now()
 	for _, k := range req.Keys {
 		if len(buf) >= mcserver.GetChunk {
 			c.Send(c.Budgeted(buf))
@@ -399,6 +425,9 @@ func (ss *session) get(req *mcproto.Request) *mcserver.Reply {
 		}
 		st.GetHits.Add(1)
 		st.count(req.Op, ResultHit, 1)
+		if wantsAccessMark(&it, now) {
+			ss.s.access.note(k, it.CAS)
+		}
 		buf = enc.AppendHit(buf, e, k, it.Flags, it.Value, it.CAS)
 	}
 	return c.Budgeted(enc.AppendEnd(buf, e))

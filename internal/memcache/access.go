@@ -1,0 +1,136 @@
+package memcache
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/kvd-project/kvd/internal/command"
+)
+
+// accessMarks batches this node's reads into OpAccess entries, so that
+// meta's h (read since stored) and l (seconds since last access) are
+// replicated state, the same on every node, without a log write per read.
+//
+// A read that finds an item never read since it was stored, or not accessed
+// for accessInterval, notes it; the batch is proposed accessDelay later, or
+// at once when it is full, or when an mg asks for h or l (Flush), which
+// waits for it: a client that reads an item and then asks whether it was
+// read hears yes, as from memcached. Reads on other nodes are counted once
+// their batch is applied, within accessDelay.
+//
+// Marks are hints. A batch that cannot be proposed (no quorum, the cluster
+// below version 5, too many requests in flight) is dropped, and notes past
+// accessMax while a batch is in flight are too: h and l must never cost a
+// read its answer, nor grow memory.
+type accessMarks struct {
+	kv      KV
+	mu      sync.Mutex
+	pending map[string]uint64 // key → CAS seen
+	timer   *time.Timer
+	// sendMu orders proposals; last is the newest proposed, which Flush
+	// waits for too: a batch taken by the timer just before a Flush must
+	// be applied before the read that follows the Flush.
+	sendMu sync.Mutex
+	last   <-chan struct{}
+}
+
+const (
+	// accessDelay is how long a note waits for others to share its entry.
+	accessDelay = 10 * time.Millisecond
+	// accessMax bounds a batch (and the notes held).
+	accessMax = 1024
+	// accessInterval: an item read again within it is not noted again
+	// (memcached bumps an item's access time at most once a minute too).
+	accessInterval = 60 * time.Second
+)
+
+func newAccessMarks(svc KV) *accessMarks {
+	return &accessMarks{kv: svc}
+}
+
+// wants reports whether a read of it at now should be noted.
+func wantsAccessMark(it *command.Item, now time.Time) bool {
+	if !it.Fetched {
+		return true
+	}
+	at := it.AccessedAt
+	if at == 0 {
+		at = it.StoredAt
+	}
+	return now.UnixNano()-at >= int64(accessInterval)
+}
+
+// note records a read of key at version cas.
+func (a *accessMarks) note(key []byte, cas uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pending == nil {
+		a.pending = make(map[string]uint64)
+	}
+	if len(a.pending) >= accessMax {
+		return // dropped: a batch is full and on its way
+	}
+	a.pending[string(key)] = cas
+	if len(a.pending) >= accessMax {
+		go a.flushAsync()
+		return
+	}
+	if a.timer == nil {
+		a.timer = time.AfterFunc(accessDelay, a.flushAsync)
+	}
+}
+
+func (a *accessMarks) flushAsync() {
+	a.propose(context.Background())
+}
+
+// propose submits the pending notes as one OpAccess entry and returns a
+// channel closed once that entry, and so every batch before it, is applied
+// (or given up on); nil when nothing was proposed.
+func (a *accessMarks) propose(ctx context.Context) <-chan struct{} {
+	a.sendMu.Lock()
+	defer a.sendMu.Unlock()
+	a.mu.Lock()
+	batch := a.pending
+	a.pending = nil
+	if a.timer != nil {
+		a.timer.Stop()
+		a.timer = nil
+	}
+	a.mu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
+	cmd := &command.Command{Op: command.OpAccess, Accessed: make([]command.KeyCAS, 0, len(batch))}
+	for k, cas := range batch {
+		cmd.Accessed = append(cmd.Accessed, command.KeyCAS{Key: []byte(k), CAS: cas})
+	}
+	call, err := a.kv.Submit(ctx, cmd)
+	if err != nil {
+		return nil
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = call.Wait(context.Background()) // bounded by the request timeout
+	}()
+	a.last = done
+	return done
+}
+
+// Flush proposes the pending notes and waits until they are applied, so a
+// read after it sees them. Errors are dropped marks, not failed reads.
+func (a *accessMarks) Flush(ctx context.Context) {
+	a.propose(ctx)
+	a.sendMu.Lock()
+	last := a.last
+	a.sendMu.Unlock()
+	if last == nil {
+		return
+	}
+	select { // applied in log order: every batch before it is too
+	case <-last:
+	case <-ctx.Done():
+	}
+}

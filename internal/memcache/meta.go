@@ -1,0 +1,357 @@
+package memcache
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/kvd-project/kvd/internal/command"
+	"github.com/kvd-project/kvd/internal/mcproto"
+	"github.com/kvd-project/kvd/internal/mcserver"
+)
+
+// The meta commands. Anything that changes an item is a log command
+// (OpMetaStore, OpMetaDelete, OpMetaArith, OpMetaGet); an mg that changes
+// nothing is a read at the connection's consistency, as get is, and becomes
+// an OpMetaGet only when the item it read turns out to be stale with its
+// recache token still to win. The counters move as memcached 1.6's do.
+
+// metaGet answers mg.
+func (ss *session) metaGet(req *mcproto.Request) *mcserver.Reply {
+	m, e := &req.Meta, req.Echo
+	touching := m.Has('T')
+	if touching || m.Has('N') || m.Has('R') {
+		return ss.metaGetLogged(req)
+	}
+	c, st := ss.c, ss.s.stats
+	c.WaitOwnWrites()
+	if m.Has('h') || m.Has('l') {
+		// What this node's reads noted must be counted first.
+		ss.s.access.Flush(c.Context())
+	}
+	if err := ss.s.kv.Barrier(c.Context(), ss.s.kv.Config().ReadConsistency); err != nil {
+		st.CmdGet.Add(1)
+		st.ServerErrors.Add(1)
+		st.count(req.Op, ResultServerError, 1)
+		return mcserver.Final(ss.errorReply(nil, e, err))
+	}
+	key := req.Keys[0]
+	it, ok, err := ss.s.kv.Get(key)
+	if err != nil {
+		st.CmdGet.Add(1)
+		st.ServerErrors.Add(1)
+		st.count(req.Op, ResultServerError, 1)
+		return mcserver.Final(ss.errorReply(nil, e, err))
+	}
+	if ok && it.Stale && !it.TokenSent {
+		// Reading it hands out its recache token: a change, which one
+		// request in the cluster wins.
+		return ss.metaGetLogged(req)
+	}
+	st.CmdGet.Add(1)
+	if !ok {
+		st.GetMisses.Add(1)
+		st.count(req.Op, ResultMiss, 1)
+		return mcserver.Final(ss.menc.AppendMeta(nil, e, &mcproto.MetaReply{Status: mcproto.StatusNotFound}))
+	}
+	st.GetHits.Add(1)
+	st.count(req.Op, ResultHit, 1)
+	now := time.Now()
+	if !m.Has('u') && wantsAccessMark(&it, now) {
+		ss.s.access.note(key, it.CAS)
+	}
+	r := metaItemReply(&it, now, m.Has('v'))
+	r.TokenSent = it.TokenSent
+	return c.Budgeted(ss.menc.AppendMeta(nil, e, &r))
+}
+
+// metaGetLogged answers an mg that may change its item, through the log.
+func (ss *session) metaGetLogged(req *mcproto.Request) *mcserver.Reply {
+	m, st, e := &req.Meta, ss.s.stats, req.Echo
+	touching := m.Has('T')
+	cmd := &command.Command{Op: command.OpMetaGet, Key: req.Keys[0]}
+	if touching {
+		cmd.Meta |= command.MetaHasTTL
+		cmd.Exptime = m.TTL
+	}
+	if m.Has('N') {
+		cmd.Meta |= command.MetaVivify
+		cmd.Vivify = m.Vivify
+	}
+	if m.Has('R') {
+		cmd.Meta |= command.MetaRecache
+		cmd.Recache = m.Recache
+	}
+	if m.Has('E') {
+		cmd.Meta |= command.MetaHasNewCAS
+		cmd.NewCAS = m.NewCAS
+	}
+	if m.Has('v') {
+		cmd.Meta |= command.MetaWantValue
+	}
+	if m.Has('u') {
+		cmd.Meta |= command.MetaNoBump
+	}
+	if touching {
+		st.CmdTouch.Add(1)
+	} else {
+		st.CmdGet.Add(1)
+	}
+	want := m.Has('v')
+	return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
+		switch r.Status {
+		case command.StatusHit:
+			if touching {
+				st.TouchHits.Add(1)
+			} else {
+				st.GetHits.Add(1)
+			}
+			if r.Created {
+				st.TotalItems.Add(1)
+			}
+			mr := metaItemReply(&r.Item, time.Now(), want)
+			mr.Won, mr.TokenSent = r.Won, r.HadToken
+			return ss.menc.AppendMeta(dst, e, &mr)
+		case command.StatusNotFound:
+			if touching {
+				st.TouchMisses.Add(1)
+			} else {
+				st.GetMisses.Add(1)
+			}
+			return ss.menc.AppendMeta(dst, e, &mcproto.MetaReply{Status: mcproto.StatusNotFound})
+		}
+		return ss.unexpected(dst, e, r)
+	})
+}
+
+// metaItemReply is an item as mg reports it at now.
+func metaItemReply(it *command.Item, now time.Time, withValue bool) mcproto.MetaReply {
+	r := mcproto.MetaReply{
+		Status:     mcproto.StatusHit,
+		Flags:      it.Flags,
+		CAS:        it.CAS,
+		TTL:        remainingTTL(it, now),
+		LastAccess: sinceAccess(it, now),
+		Fetched:    it.Fetched,
+		Stale:      it.Stale,
+		Size:       len(it.Value),
+	}
+	if withValue {
+		r.Value = it.Value
+		if r.Value == nil {
+			r.Value = []byte{}
+		}
+	}
+	return r
+}
+
+// remainingTTL is the whole seconds it has left, as memcached counts them
+// (its expiry second minus the current one), or -1 for none.
+func remainingTTL(it *command.Item, now time.Time) int64 {
+	if it.ExpiresAt == 0 {
+		return -1
+	}
+	return max(it.ExpirySec()-now.Unix(), 0)
+}
+
+// sinceAccess is the whole seconds since it was last read or written.
+func sinceAccess(it *command.Item, now time.Time) int64 {
+	at := it.AccessedAt
+	if at == 0 {
+		at = it.StoredAt
+	}
+	return max((now.UnixNano()-at)/1e9, 0)
+}
+
+// metaSet answers ms.
+func (ss *session) metaSet(req *mcproto.Request) *mcserver.Reply {
+	m, st, e := &req.Meta, ss.s.stats, req.Echo
+	st.CmdSet.Add(1)
+	mode := m.Mode
+	if mode == 0 {
+		mode = command.ModeSet
+	}
+	cmd := &command.Command{Op: command.OpMetaStore, Key: req.Keys[0], Value: req.Data,
+		Flags: m.ClientFlags, Mode: mode}
+	if m.Has('T') {
+		cmd.Exptime = m.TTL
+	}
+	if m.Has('C') {
+		cmd.Meta |= command.MetaHasCAS
+		cmd.CAS = m.CompareCAS
+	}
+	if m.Has('E') {
+		cmd.Meta |= command.MetaHasNewCAS
+		cmd.NewCAS = m.NewCAS
+	}
+	if m.Has('I') {
+		cmd.Meta |= command.MetaInvalidate
+	}
+	// A compare in set or replace mode is memcached's cas command.
+	isCAS := m.Has('C') && (mode == command.ModeSet || mode == command.ModeReplace)
+	return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
+		reply := mcproto.MetaReply{}
+		switch r.Status {
+		case command.StatusStored:
+			st.TotalItems.Add(1)
+			if isCAS {
+				st.CasHits.Add(1)
+			}
+			reply.Status, reply.CAS = mcproto.StatusStored, r.CAS
+		case command.StatusNotStored, command.StatusTooLarge:
+			reply.Status = mcproto.StatusNotStored
+		case command.StatusExists:
+			if isCAS {
+				st.CasBadval.Add(1)
+			}
+			reply.Status = mcproto.StatusExists
+		case command.StatusNotFound:
+			st.CasMisses.Add(1)
+			reply.Status = mcproto.StatusNotFound
+		default:
+			return ss.unexpected(dst, e, r)
+		}
+		return ss.menc.AppendMeta(dst, e, &reply)
+	})
+}
+
+// metaDelete answers md.
+func (ss *session) metaDelete(req *mcproto.Request) *mcserver.Reply {
+	m, st, e := &req.Meta, ss.s.stats, req.Echo
+	cmd := &command.Command{Op: command.OpMetaDelete, Key: req.Keys[0]}
+	if m.Has('C') {
+		cmd.Meta |= command.MetaHasCAS
+		cmd.CAS = m.CompareCAS
+	}
+	if m.Has('E') {
+		cmd.Meta |= command.MetaHasNewCAS
+		cmd.NewCAS = m.NewCAS
+	}
+	if m.Has('T') {
+		cmd.Meta |= command.MetaHasTTL
+		cmd.Exptime = m.TTL
+	}
+	invalidate := m.Has('I')
+	if invalidate {
+		cmd.Meta |= command.MetaInvalidate
+	}
+	if m.Has('x') {
+		cmd.Meta |= command.MetaRemoveValue
+	}
+	return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
+		reply := mcproto.MetaReply{}
+		switch r.Status {
+		case command.StatusDeleted:
+			if !invalidate { // marking stale is no delete to memcached
+				st.DeleteHits.Add(1)
+			}
+			reply.Status = mcproto.StatusDeleted
+		case command.StatusNotFound:
+			st.DeleteMisses.Add(1)
+			reply.Status = mcproto.StatusNotFound
+		case command.StatusExists:
+			st.DeleteMisses.Add(1) // memcached counts a CAS mismatch so
+			reply.Status = mcproto.StatusExists
+		case command.StatusNotStored:
+			reply.Status = mcproto.StatusNotStored
+		default:
+			return ss.unexpected(dst, e, r)
+		}
+		return ss.menc.AppendMeta(dst, e, &reply)
+	})
+}
+
+// metaArith answers ma.
+func (ss *session) metaArith(req *mcproto.Request) *mcserver.Reply {
+	m, st, e := &req.Meta, ss.s.stats, req.Echo
+	decr := m.Mode == 'D' || m.Mode == '-'
+	hits, misses := &st.IncrHits, &st.IncrMisses
+	cmd := &command.Command{Op: command.OpMetaArith, Key: req.Keys[0], Delta: m.Delta, Initial: m.Initial}
+	if decr {
+		hits, misses = &st.DecrHits, &st.DecrMisses
+		cmd.Meta |= command.MetaDecr
+	}
+	if m.Has('C') {
+		cmd.Meta |= command.MetaHasCAS
+		cmd.CAS = m.CompareCAS
+	}
+	if m.Has('E') {
+		cmd.Meta |= command.MetaHasNewCAS
+		cmd.NewCAS = m.NewCAS
+	}
+	if m.Has('T') {
+		cmd.Meta |= command.MetaHasTTL
+		cmd.Exptime = m.TTL
+	}
+	if m.Has('N') {
+		cmd.Meta |= command.MetaVivify
+		cmd.Vivify = m.Vivify
+	}
+	return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
+		reply := mcproto.MetaReply{}
+		switch r.Status {
+		case command.StatusValue:
+			if r.Created {
+				st.TotalItems.Add(1)
+			} else {
+				hits.Add(1)
+			}
+			if r.Grew {
+				st.TotalItems.Add(1)
+			}
+			reply = mcproto.MetaReply{Status: mcproto.StatusHit, Flags: r.Item.Flags, CAS: r.CAS,
+				TTL: remainingTTL(&r.Item, time.Now()), Value: strconv.AppendUint(nil, r.Value, 10)}
+		case command.StatusNotFound:
+			misses.Add(1)
+			reply.Status = mcproto.StatusNotFound
+		case command.StatusExists:
+			reply.Status = mcproto.StatusExists
+		case command.StatusNotStored:
+			reply.Status = mcproto.StatusNotStored
+		case command.StatusNonNumeric:
+			return ss.enc.AppendError(dst, e, mcproto.KindNonNumeric, "")
+		default:
+			return ss.unexpected(dst, e, r)
+		}
+		return ss.menc.AppendMeta(dst, e, &reply)
+	})
+}
+
+// metaDebug answers me: an item's metadata, read like get.
+func (ss *session) metaDebug(req *mcproto.Request) *mcserver.Reply {
+	c, st, e := ss.c, ss.s.stats, req.Echo
+	st.CmdMeta.Add(1)
+	c.WaitOwnWrites()
+	ss.s.access.Flush(c.Context())
+	if err := ss.s.kv.Barrier(c.Context(), ss.s.kv.Config().ReadConsistency); err != nil {
+		st.ServerErrors.Add(1)
+		st.count(req.Op, ResultServerError, 1)
+		return mcserver.Final(ss.errorReply(nil, e, err))
+	}
+	key := req.Keys[0]
+	it, ok, err := ss.s.kv.Get(key)
+	if err != nil {
+		st.ServerErrors.Add(1)
+		st.count(req.Op, ResultServerError, 1)
+		return mcserver.Final(ss.errorReply(nil, e, err))
+	}
+	if !ok {
+		st.count(req.Op, ResultMiss, 1)
+		return mcserver.Final(ss.menc.AppendMeta(nil, e, &mcproto.MetaReply{Status: mcproto.StatusNotFound}))
+	}
+	st.count(req.Op, ResultHit, 1)
+	r := metaItemReply(&it, time.Now(), false)
+	r.Size = itemSize(key, &it)
+	return mcserver.Final(ss.menc.AppendMeta(nil, e, &r))
+}
+
+// itemSize is what me reports as an item's size: memcached's item header
+// (48 bytes on 64-bit), the key and its NUL, the value and its "\r\n",
+// the CAS and, when non-zero, the flags. kvd stores items otherwise; this
+// keeps the number comparable with memcached's.
+func itemSize(key []byte, it *command.Item) int {
+	n := 48 + len(key) + 1 + len(it.Value) + 2 + 8
+	if it.Flags != 0 {
+		n += 4
+	}
+	return n
+}
