@@ -25,6 +25,9 @@ var fuzzBigValueLimits = mcproto.Limits{MaxItemSize: 200, MaxLine: 32, MaxMultig
 var knownReplies = map[string]bool{
 	"": true, MsgError: true, MsgBadCommandLine: true, MsgBadDataChunk: true, MsgInvalidExptime: true,
 	MsgInvalidDelta: true, MsgDeleteUsage: true, MsgObjectTooLarge: true, MsgShutdownDisabled: true,
+	MsgFlagsAreTooLong: true, MsgFlagsTooLong: true, MsgDuplicateFlag: true, MsgInvalidFlag: true, MsgBadToken: true,
+	MsgMTokenLength: true, MsgInvalidInitial: true, MsgInvalidDeltaValue: true, MsgDecodingKey: true,
+	MsgInvalidOrDuplicateFlag: true, MsgInvalidModeMS: true, MsgInvalidModeMA: true, MsgOpaqueTooLong: true,
 }
 
 // FuzzReader: random input never panics, never makes the parser loop,
@@ -32,6 +35,9 @@ var knownReplies = map[string]bool{
 // and parses the same however the bytes are split.
 func FuzzReader(f *testing.F) {
 	for _, tt := range parseTests {
+		f.Add([]byte(tt.in))
+	}
+	for _, tt := range metaParseTests {
 		f.Add([]byte(tt.in))
 	}
 	f.Add([]byte("set k 0 0 150\r\n" + strings.Repeat("v", 150) + "\r\nget k\r\nset k 0 0 40 noreply\r\n" +
@@ -73,7 +79,7 @@ func fuzzParse(t *testing.T, r io.Reader, n int, lim mcproto.Limits) []string {
 				}
 				return out
 			}
-			if pe.TooLarge && (!req.Op.IsStorage() || len(req.Keys) != 1) {
+			if pe.TooLarge && (!req.Op.IsStorage() && req.Op != mcproto.OpMetaSet || len(req.Keys) != 1) {
 				t.Fatalf("too large without its request: %+v", req)
 			}
 			continue
@@ -89,10 +95,18 @@ func fuzzParse(t *testing.T, r io.Reader, n int, lim mcproto.Limits) []string {
 
 func checkRequest(t *testing.T, req *mcproto.Request, lim mcproto.Limits) {
 	c := req.Op
-	if c < mcproto.OpGet || c > mcproto.OpQuit {
+	meta := req.Echo.Proto == mcproto.Meta
+	switch {
+	case c >= mcproto.OpGet && c <= mcproto.OpQuit:
+	case meta && (c == mcproto.OpNoop || c >= mcproto.OpMetaGet && c <= mcproto.OpMetaDebug):
+	default:
 		t.Fatalf("bad command %d", c)
 	}
+	if meta {
+		checkMetaRequest(t, req, lim)
+	}
 	switch {
+	case meta:
 	case c == mcproto.OpGet || c == mcproto.OpGets:
 		if len(req.Keys) == 0 {
 			t.Fatalf("%s without keys", c)
@@ -108,14 +122,14 @@ func checkRequest(t *testing.T, req *mcproto.Request, lim mcproto.Limits) {
 		}
 	}
 	for _, k := range req.Keys {
-		if len(k) == 0 || len(k) > mcproto.MaxKeyLen || bytes.ContainsAny(k, " \n\x00") {
+		if len(k) == 0 || len(k) > mcproto.MaxKeyLen || !(meta && req.Echo.Meta.Base64) && bytes.ContainsAny(k, " \n\x00") {
 			t.Fatalf("bad key %q", k)
 		}
 	}
 	if len(req.Data) > lim.MaxItemSize {
 		t.Fatalf("value of %d bytes over the limit", len(req.Data))
 	}
-	if !c.IsStorage() && req.Data != nil {
+	if !c.IsStorage() && c != mcproto.OpMetaSet && req.Data != nil {
 		t.Fatalf("%s with data", c)
 	}
 	if req.Echo.Noreply && c.IsRetrieval() {
@@ -133,4 +147,36 @@ func equalStrings(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// checkMetaRequest checks what a meta request carries: one key (none for
+// mn), a base64 key only when b was given, and an echo that is its own
+// copy of the key and holds only what the line held.
+func checkMetaRequest(t *testing.T, req *mcproto.Request, lim mcproto.Limits) {
+	e := req.Echo.Meta
+	if req.Op == mcproto.OpNoop {
+		if e != nil || len(req.Keys) != 0 {
+			t.Fatalf("mn with an echo or keys: %+v", req)
+		}
+		return
+	}
+	switch {
+	case e == nil || len(req.Keys) != 1:
+		t.Fatalf("%s without its echo or key: %+v", req.Op, req)
+	case !bytes.Equal(e.Key, req.Keys[0]) || &e.Key[0] != &req.Keys[0][0]:
+		t.Fatalf("%s: the key is not the echo's copy", req.Op)
+	case req.Echo.Op != req.Op || req.Echo.Noreply:
+		t.Fatalf("%s: bad echo %+v", req.Op, req.Echo)
+	case len(e.Flags)+len(e.Key) > lim.MaxLine:
+		t.Fatalf("%s: echo of %d bytes from a line of at most %d", req.Op, len(e.Flags)+len(e.Key), lim.MaxLine)
+	case req.Op != mcproto.OpMetaDebug && e.Base64 != req.Meta.Has('b'):
+		t.Fatalf("%s: base64 %v but b %v", req.Op, e.Base64, req.Meta.Has('b'))
+	case req.Echo.Quiet != req.Meta.Has('q'):
+		t.Fatalf("%s: quiet %v but q %v", req.Op, req.Echo.Quiet, req.Meta.Has('q'))
+	case bytes.Contains(e.Flags, []byte("  ")) || bytes.HasPrefix(e.Flags, []byte(" ")) || bytes.HasSuffix(e.Flags, []byte(" ")):
+		t.Fatalf("%s: flags not joined by single spaces: %q", req.Op, e.Flags)
+	}
+	if req.Op != mcproto.OpMetaDebug && strings.Count(string(e.Flags), " ")+1 > maxMetaWords-2 {
+		t.Fatalf("%s: %d flags", req.Op, strings.Count(string(e.Flags), " ")+1)
+	}
 }
