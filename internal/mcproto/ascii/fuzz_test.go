@@ -2,8 +2,10 @@ package ascii
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -178,5 +180,113 @@ func checkMetaRequest(t *testing.T, req *mcproto.Request, lim mcproto.Limits) {
 	}
 	if req.Op != mcproto.OpMetaDebug && strings.Count(string(e.Flags), " ")+1 > maxMetaWords-2 {
 		t.Fatalf("%s: %d flags", req.Op, strings.Count(string(e.Flags), " ")+1)
+	}
+}
+
+// FuzzMeta: every meta request the parser accepts reads back the same from
+// the line its echo describes (key, b and flags), and every reply rendered
+// for it, whatever the outcome, is one well-formed line (VA's value after
+// it), or nothing exactly where q drops it.
+func FuzzMeta(f *testing.F) {
+	for _, tt := range metaParseTests {
+		f.Add([]byte(tt.in), uint64(7), uint8(0))
+	}
+	for i, tt := range metaReplyTests {
+		f.Add([]byte(tt.req+"\r\nx\r\n"), tt.r.CAS, uint8(i))
+	}
+	f.Fuzz(func(t *testing.T, in []byte, n uint64, bits uint8) {
+		pr := NewReader(bytes.NewReader(in), fuzzLimits)
+		var req mcproto.Request
+		for range len(in) + 2 {
+			err := pr.Next(&req)
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
+				return
+			}
+			var pe *mcproto.Error
+			if errors.As(err, &pe) {
+				if pe.Close {
+					return
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if req.Echo.Proto != mcproto.Meta || req.Op == mcproto.OpNoop {
+				continue
+			}
+			checkMetaRoundTrip(t, &req)
+			for s := mcproto.StatusStored; s <= mcproto.StatusHit; s++ {
+				r := mcproto.MetaReply{Status: s, CAS: n, Flags: uint32(n), TTL: int64(int32(n)), LastAccess: int64(n >> 40),
+					Size: int(n % 1000), Value: bytes.Repeat([]byte{'7'}, int(n%30)),
+					Fetched: bits&1 != 0, Won: bits&2 != 0, Stale: bits&4 != 0, TokenSent: bits&8 != 0, Created: bits&16 != 0}
+				checkMetaReply(t, req.Echo, &r)
+			}
+		}
+	})
+}
+
+// checkMetaRoundTrip parses the line req's echo describes and expects the
+// same request.
+func checkMetaRoundTrip(t *testing.T, req *mcproto.Request) {
+	e := req.Echo.Meta
+	key := e.Key
+	if e.Base64 {
+		key = []byte(base64.StdEncoding.EncodeToString(key))
+	}
+	line := req.Op.String() + " " + string(key)
+	if req.Op == mcproto.OpMetaSet {
+		line += " " + strconv.Itoa(len(req.Data))
+	}
+	if len(e.Flags) > 0 {
+		line += " " + string(e.Flags)
+	}
+	line += "\r\n"
+	if req.Op == mcproto.OpMetaSet {
+		line += string(req.Data) + "\r\n"
+	}
+	want := render(req, nil)
+	var again mcproto.Request
+	err := NewReader(strings.NewReader(line), mcproto.Limits{MaxItemSize: fuzzLimits.MaxItemSize}).Next(&again)
+	if got := render(&again, err); got != want {
+		t.Fatalf("%q reads back as\n%s, not\n%s", line, got, want)
+	}
+}
+
+// checkMetaReply renders r for the request e echoes and checks its shape.
+func checkMetaReply(t *testing.T, e mcproto.Echo, r *mcproto.MetaReply) {
+	out := string((&Codec{}).AppendMeta(nil, e, r))
+	op, s := e.Op, r.Status
+	dropped := e.Quiet && (op == mcproto.OpMetaGet && s == mcproto.StatusNotFound ||
+		op == mcproto.OpMetaSet && s == mcproto.StatusStored || op == mcproto.OpMetaDelete && s == mcproto.StatusDeleted ||
+		op == mcproto.OpMetaArith && s == mcproto.StatusHit && !r.Created)
+	if (out == "") != dropped {
+		t.Fatalf("%s q=%v status %d: reply %q", op, e.Quiet, s, out)
+	}
+	if dropped {
+		return
+	}
+	end := strings.Index(out, "\r\n")
+	if end < 0 || strings.IndexByte(out[:end], '\n') >= 0 {
+		t.Fatalf("%s: reply %q is no line", op, out)
+	}
+	line, rest := out[:end], out[end+2:]
+	if strings.HasPrefix(line, "VA ") {
+		n, err := strconv.Atoi(strings.Fields(line)[1])
+		if err != nil || n != len(r.Value) || rest != string(r.Value)+"\r\n" {
+			t.Fatalf("%s: VA reply %q for a value of %d bytes", op, out, len(r.Value))
+		}
+	} else if rest != "" {
+		t.Fatalf("%s: %q after the line", op, rest)
+	}
+	if strings.HasPrefix(line, "SERVER_ERROR") {
+		return
+	}
+	if e.Meta.Base64 && e.Meta.HasFlag('k') && op != mcproto.OpMetaDebug {
+		i := strings.Index(line, " k")
+		enc, _, _ := strings.Cut(line[i+2:], " ")
+		if key, err := base64.StdEncoding.DecodeString(enc); err != nil || string(key) != string(e.Meta.Key) {
+			t.Fatalf("%s: k token %q for key %q", op, enc, e.Meta.Key)
+		}
 	}
 }
