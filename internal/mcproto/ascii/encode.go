@@ -162,8 +162,8 @@ func appendOneLine(dst []byte, s string) []byte {
 }
 
 // Codec is the text protocol's codec over one connection: a Reader for
-// requests and the encoder of their replies. Meta commands will share it
-// (they share the line reader), rendering by the request's Echo.Proto.
+// requests and the encoder of their replies. The meta commands share it
+// (they share the line reader); their replies go through AppendMeta.
 type Codec struct {
 	*Reader
 }
