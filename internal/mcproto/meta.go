@@ -102,7 +102,12 @@ type MetaReply struct {
 	// item is marked stale (X). TokenSent: another request had won it
 	// already (Z).
 	Won, Stale, TokenSent bool
-	// Size is me's size: the bytes the item takes.
+	// Created: ma created the item (N on a miss). memcached 1.6.18 then
+	// answers even under q, which hides only the reply of an item that
+	// was there.
+	Created bool
+	// Size is mg's s, the value's length in bytes, and me's size, the
+	// bytes the item takes.
 	Size int
 }
 
@@ -113,7 +118,7 @@ const StatusHit Status = StatusQuit + 1
 // MetaEncoder renders meta replies; the text protocol's codec is one.
 type MetaEncoder interface {
 	// AppendMeta appends r's reply to the meta request e echoes. Quiet
-	// requests (q) drop the replies memcached drops: mg's EN, and HD of
-	// ms, md and ma.
+	// requests (q) drop the replies memcached drops: mg's EN, HD of ms
+	// and md, and ma's HD or VA unless it created the item.
 	AppendMeta(dst []byte, e Echo, r *MetaReply) []byte
 }

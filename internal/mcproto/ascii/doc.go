@@ -1,7 +1,7 @@
 // Package ascii is kvd's codec for memcached's text protocol and, sharing
 // its line reader, the meta commands: a bounded parser of requests (Reader),
 // encoders of replies (the Append helpers and the Reply constants), and
-// Codec, which puts the two behind mcproto.Codec.
+// Codec, which puts the two behind mcproto.Codec and mcproto.MetaEncoder.
 //
 // It is pure: no network, no storage, and of kvd it imports only the
 // protocol-neutral mcproto. The memcache listener (internal/mcserver) owns
@@ -42,4 +42,30 @@
 //     "HTTP/" closes the connection without a reply.
 //
 // Deliberate differences from memcached are listed on Reader.
+//
+// # Meta commands
+//
+// mg, ms, md, ma, me and mn share the line reader, and its MaxLine bound,
+// with the text protocol. They follow 1.6.18's proto_text.c: one flag
+// preparse for every command (so mg takes ms's letters, as there; P and L
+// are ignored), memcached's error line for each fault and its choice when
+// a line has several, ms's data block read like set's and swallowed when
+// the line is refused after its length, and every error shown under q.
+// Codec.AppendMeta renders replies by walking the request's flag tokens in
+// order, as memcached does.
+//
+// Deliberate differences from 1.6.18:
+//   - E (the CAS a write gives its item) and md's x (keep the item with an
+//     empty value) are accepted, as newer memcached accepts them; 1.6.18
+//     answers "invalid flag".
+//   - me prints exp as the seconds left (-1 for none), as newer memcached
+//     does; 1.6.18 prints their negation. cls is always 1.
+//   - An O token over 32 bytes is refused before anything happens; mg and
+//     ma in memcached notice it while rendering, after the item was read,
+//     touched, vivified or changed (and ma's non-numeric error wins there).
+//   - k (and me's key) come back in base64 when the request had b;
+//     memcached's mg hit and me go by how the item was stored, a mark kvd
+//     does not keep.
+//   - ms is too large when its value exceeds MaxItemSize, as set is;
+//     memcached counts the item's header and key too.
 package ascii

@@ -37,6 +37,31 @@ const (
 	MsgOutOfMemoryStore = "SERVER_ERROR out of memory storing object"
 )
 
+// The meta commands' error lines, memcached 1.6.18's words (the meta
+// commands also answer MsgError, MsgBadCommandLine, MsgBadDataChunk and
+// MsgObjectTooLarge). Their wording differs by command where memcached's
+// does.
+const (
+	// MsgFlagsAreTooLong: an mg line of 20 words or more;
+	// MsgFlagsTooLong the same for ms, md and ma.
+	MsgFlagsAreTooLong = "CLIENT_ERROR options flags are too long"
+	MsgFlagsTooLong    = "CLIENT_ERROR options flags too long"
+	// Flag errors of mg, ms: md and ma answer MsgInvalidOrDuplicateFlag
+	// for every one of them.
+	MsgDuplicateFlag     = "CLIENT_ERROR duplicate flag"
+	MsgInvalidFlag       = "CLIENT_ERROR invalid flag"
+	MsgBadToken          = "CLIENT_ERROR bad token in command line format"
+	MsgMTokenLength      = "CLIENT_ERROR incorrect length for M token"
+	MsgInvalidInitial    = "CLIENT_ERROR invalid numeric initial value"
+	MsgInvalidDeltaValue = "CLIENT_ERROR invalid numeric delta value"
+	MsgDecodingKey       = "CLIENT_ERROR error decoding key"
+	// MsgInvalidOrDuplicateFlag is md's and ma's answer to any flag error.
+	MsgInvalidOrDuplicateFlag = "CLIENT_ERROR invalid or duplicate flag"
+	MsgInvalidModeMS          = "CLIENT_ERROR invalid mode for ms M token"
+	MsgInvalidModeMA          = "CLIENT_ERROR invalid mode for ma M token"
+	MsgOpaqueTooLong          = "CLIENT_ERROR opaque token too long"
+)
+
 // AppendValue appends one entry of a get/gets/gat/gats reply:
 // "VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n". withCAS selects the
 // gets/gats form. dst grows at most once, with room for an END line after
@@ -137,8 +162,8 @@ func appendOneLine(dst []byte, s string) []byte {
 }
 
 // Codec is the text protocol's codec over one connection: a Reader for
-// requests and the encoder of their replies. Meta commands will share it
-// (they share the line reader), rendering by the request's Echo.Proto.
+// requests and the encoder of their replies. The meta commands share it
+// (they share the line reader); their replies go through AppendMeta.
 type Codec struct {
 	*Reader
 }

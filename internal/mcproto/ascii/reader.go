@@ -33,9 +33,9 @@ const (
 // allocate.
 //
 // Deliberate differences from memcached 1.6.18:
-//   - Meta commands (mg, ms, md, ma, mn, me) and the admin commands slabs,
-//     lru, lru_crawler, watch and cache_memlimit answer ERROR; shutdown
-//     answers what memcached started without -A does.
+//   - The admin commands slabs, lru, lru_crawler, watch and cache_memlimit
+//     answer ERROR; shutdown answers what memcached started without -A
+//     does. (The meta commands' differences are in the package doc.)
 //   - The line bound is deterministic: memcached closes only when 2048
 //     bytes without '\n' happen to be in its buffer, so a longer line that
 //     arrives in one read may pass there; here any line over MaxLine closes.

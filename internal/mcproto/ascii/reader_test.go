@@ -48,6 +48,9 @@ func render(req *mcproto.Request, err error) string {
 			return "IOERR " + err.Error()
 		}
 	}
+	if req.Echo.Proto == mcproto.Meta {
+		return renderMeta(req)
+	}
 	var b strings.Builder
 	b.WriteString(req.Op.String())
 	for _, k := range req.Keys {
@@ -262,7 +265,7 @@ var parseTests = []struct {
 	{"quit", "quit\r\nquit now\r\n", []string{"quit", "quit", "EOF"}},
 
 	// Unknown commands, HTTP.
-	{"unknown", "foo\r\nGET a\r\nSet a 0 0 1\r\nsetx\r\nmn\r\nmg a v\r\n", []string{
+	{"unknown", "foo\r\nGET a\r\nSet a 0 0 1\r\nsetx\r\nmx\r\nmgx a v\r\n", []string{
 		`ERR "ERROR"`, `ERR "ERROR"`, `ERR "ERROR"`, `ERR "ERROR"`, `ERR "ERROR"`, `ERR "ERROR"`, "EOF"}},
 	{"empty lines", "\r\n\n \r\n\r\r\ng\r\n", []string{`ERR "ERROR"`, `ERR "ERROR"`, `ERR "ERROR"`, `ERR "ERROR"`, `ERR "ERROR"`, "EOF"}},
 	{"unsupported admin", "shutdown\r\nslabs reassign 1 2\r\nlru_crawler metadump all\r\nwatch\r\ncache_memlimit 100\r\nshutdown graceful noreply\r\n", []string{
