@@ -85,7 +85,8 @@ func (ss *session) metaGetLogged(req *mcproto.Request) *mcserver.Reply {
 		cmd.Meta |= command.MetaHasNewCAS
 		cmd.NewCAS = m.NewCAS
 	}
-	if m.Has('v') {
+	if m.Has('v') || m.Has('s') {
+		// s is the value's length: the result must carry the value.
 		cmd.Meta |= command.MetaWantValue
 	}
 	if m.Has('u') {
@@ -299,7 +300,7 @@ func (ss *session) metaArith(req *mcproto.Request) *mcserver.Reply {
 				st.TotalItems.Add(1)
 			}
 			reply = mcproto.MetaReply{Status: mcproto.StatusHit, Flags: r.Item.Flags, CAS: r.CAS,
-				TTL: remainingTTL(&r.Item, time.Now()), Value: strconv.AppendUint(nil, r.Value, 10)}
+				TTL: remainingTTL(&r.Item, time.Now()), Value: strconv.AppendUint(nil, r.Value, 10), Created: r.Created}
 		case command.StatusNotFound:
 			misses.Add(1)
 			reply.Status = mcproto.StatusNotFound

@@ -84,7 +84,7 @@ type commandStats struct {
 // where memcached does (mcproto.Error.Counted).
 func (s *Stats) countRejected(cmd mcproto.Op) {
 	switch cmd {
-	case mcproto.OpSet, mcproto.OpAdd, mcproto.OpReplace, mcproto.OpAppend, mcproto.OpPrepend, mcproto.OpCas:
+	case mcproto.OpSet, mcproto.OpAdd, mcproto.OpReplace, mcproto.OpAppend, mcproto.OpPrepend, mcproto.OpCas, mcproto.OpMetaSet:
 		s.CmdSet.Add(1)
 	case mcproto.OpFlushAll:
 		s.CmdFlush.Add(1)
