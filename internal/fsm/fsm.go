@@ -874,8 +874,14 @@ func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *command.It
 	// The item cache keeps the encoding the batch copies in. Appending the
 	// value to a header that fills its array makes append allocate, and
 	// append copies the value in without zeroing the space first.
-	var hdr [itemHeaderLen]byte
-	enc := encodeItem(hdr[:0], next)
+	var enc []byte
+	if hasMeta(next) {
+		var hdr [itemMetaHeaderLen]byte
+		enc = encodeItem(hdr[:0], next)
+	} else {
+		var hdr [itemHeaderLen]byte
+		enc = encodeItem(hdr[:0], next)
+	}
 	f.kbuf = dataKey(f.kbuf[:0], key)
 	if err := b.Set(f.kbuf, enc, nil); err != nil {
 		return fmt.Errorf("write %q: %w", key, err)
