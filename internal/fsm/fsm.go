@@ -688,6 +688,9 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 	if c.Op == command.OpExpire {
 		return f.applyExpire(b, st, c)
 	}
+	if c.Op == command.OpAccess {
+		return f.applyAccess(b, st, c)
+	}
 	if c.Op == command.OpMember {
 		st.membersChanged = true
 		return f.applyMemberAttrs(b, &c.Member)
@@ -826,6 +829,25 @@ func (f *FSM) applyExpire(b *pebble.Batch, st *applyState, c *command.Command) (
 			continue
 		}
 		if err := f.remove(b, st, kc.Key, &old); err != nil {
+			return command.Result{}, err
+		}
+	}
+	return command.Result{Status: command.StatusOK}, nil
+}
+
+// applyAccess marks read each listed item still at the CAS its reader saw
+// (accessRule), in one batch like OpExpire's.
+func (f *FSM) applyAccess(b *pebble.Batch, st *applyState, c *command.Command) (command.Result, error) {
+	for _, kc := range c.Accessed {
+		old, exists, err := f.load(b, kc.Key)
+		if err != nil {
+			return command.Result{}, err
+		}
+		next, ok := accessRule(&old, exists, kc.CAS, st.flush, c.Stamp)
+		if !ok {
+			continue
+		}
+		if err := f.store(b, st, kc.Key, &old, exists, &next); err != nil {
 			return command.Result{}, err
 		}
 	}
