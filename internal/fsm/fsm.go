@@ -12,10 +12,11 @@
 // no further, and starts the flushes that advance it.
 //
 // What a command does to an item (set, add, cas, incr, touch, delete...)
-// is memcached's semantics, kept apart from the storage in rules.go: a pure
-// function of the old item, the command and its stamp, which Apply feeds
-// from Pebble and whose verdict it writes into its batch. How incr reads a
-// stored counter is such a rule too (counter.go), fsm's own, not a codec's.
+// is memcached's semantics, kept apart from the storage in rules.go (and the
+// meta commands' mg, ms, md and ma in rules_meta.go): a pure function of the
+// old item, the command and its stamp, which Apply feeds from Pebble and
+// whose verdict it writes into its batch. How incr reads a stored counter is
+// such a rule too (counter.go), fsm's own, not a codec's.
 //
 // Two in-memory structures keep reads off Pebble, neither a source of truth:
 // the item cache (cache.go) holds recently read and written items, and the
