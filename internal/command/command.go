@@ -38,6 +38,10 @@
 //	   meta): OpArith (incr/decr with a CAS to match and an initial value
 //	   to create a missing counter with), OpDeleteCAS, OpAppendCAS and
 //	   OpPrependCAS
+//	5  the meta commands' writes: OpMetaGet, OpMetaStore, OpMetaDelete,
+//	   OpMetaArith and OpAccess; and the items whose meta state (fetched,
+//	   last access, stale, token sent) they set, which the state machine
+//	   stores in a form older binaries do not read
 package command
 
 import (
@@ -54,7 +58,7 @@ const Version byte = 1
 // ClusterVersionMax is the highest cluster version this binary applies
 // (see the package doc). A new operation, format version or apply rule
 // raises it, and is gated on the cluster version reaching it.
-const ClusterVersionMax uint64 = 4
+const ClusterVersionMax uint64 = 5
 
 // Op names a state-machine operation.
 type Op uint8
@@ -142,7 +146,19 @@ const (
 	MetaNoBump
 	// MetaDecr: ma decrements.
 	MetaDecr
+
+	// metaKnown is every bit above: Decode rejects any other.
+	metaKnown = MetaDecr<<1 - 1
 )
+
+// metaBits is which MetaFlags each meta op carries; Encode writes only
+// those, and Decode rejects any other as corrupt.
+var metaBits = map[Op]MetaFlags{
+	OpMetaGet:    MetaHasTTL | MetaVivify | MetaRecache | MetaHasNewCAS | MetaWantValue | MetaNoBump,
+	OpMetaStore:  MetaHasCAS | MetaHasNewCAS | MetaInvalidate,
+	OpMetaDelete: MetaHasCAS | MetaHasNewCAS | MetaHasTTL | MetaInvalidate | MetaRemoveValue,
+	OpMetaArith:  MetaHasCAS | MetaHasNewCAS | MetaHasTTL | MetaVivify | MetaDecr,
+}
 
 // Meta store modes (OpMetaStore's Mode), as ms's M token names them.
 const (
@@ -153,10 +169,21 @@ const (
 	ModePrepend byte = 'P'
 )
 
+// validMode reports whether m is one of the meta store modes.
+func validMode(m byte) bool {
+	switch m {
+	case ModeSet, ModeAdd, ModeReplace, ModeAppend, ModePrepend:
+		return true
+	}
+	return false
+}
+
 // MinClusterVersion is the cluster version from which op may be proposed:
 // every member applies it from then on (see the package doc).
 func MinClusterVersion(op Op) uint64 {
 	switch op {
+	case OpMetaGet, OpMetaStore, OpMetaDelete, OpMetaArith, OpAccess:
+		return 5
 	case OpArith, OpDeleteCAS, OpAppendCAS, OpPrependCAS:
 		return 4
 	case OpClusterVersion:
@@ -171,6 +198,8 @@ var opNames = map[Op]string{
 	OpFlush: "flush_all", OpGAT: "gat", OpExpire: "expire", OpMember: "member",
 	OpClusterVersion: "cluster_version", OpArith: "arith", OpDeleteCAS: "delete_cas",
 	OpAppendCAS: "append_cas", OpPrependCAS: "prepend_cas",
+	OpMetaGet: "meta_get", OpMetaStore: "meta_store", OpMetaDelete: "meta_delete", OpMetaArith: "meta_arith",
+	OpAccess: "access",
 }
 
 func (o Op) String() string {
@@ -198,18 +227,19 @@ type Command struct {
 	Stamp int64
 
 	Key     []byte
-	Value   []byte // set/add/replace/append/prepend/cas
-	Flags   uint32 // set/add/replace/cas
-	Exptime int64  // set/add/replace/cas/touch/gat: the client's raw value
-	CAS     uint64 // cas, arith, delete_cas, append_cas, prepend_cas: the token the client sent
-	Delta   uint64 // incr/decr/arith
+	Value   []byte // set/add/replace/append/prepend/cas, meta store
+	Flags   uint32 // set/add/replace/cas, meta store, meta delete with x
+	Exptime int64  // set/add/replace/cas/touch/gat, meta store; the other meta ops' T: the client's raw value
+	CAS     uint64 // cas, arith, delete_cas, append_cas, prepend_cas, meta's C: the token the client sent
+	Delta   uint64 // incr/decr/arith, meta arith
 	// Decr, Create and Initial are arith's: a decrement, and whether and
 	// with what a missing counter is created (Exptime is then its expiry).
 	Decr    bool
 	Create  bool
 	Initial uint64
-	// MaxSize bounds the value append/prepend may build, stamped by the
-	// proposer so apply never reads configuration.
+	// MaxSize bounds the value append/prepend (and meta store's append and
+	// prepend modes) may build, stamped by the proposer so apply never
+	// reads configuration.
 	MaxSize uint32
 	// Delay is flush_all's delay in seconds (0 = now).
 	Delay int64
@@ -228,7 +258,10 @@ type Command struct {
 
 	// Meta, Mode, NewCAS, Vivify and Recache are the meta commands' (see
 	// OpMetaGet … OpMetaArith): which optional fields are set, ms's mode,
-	// E's CAS, N's exptime and R's, raw as the client sent them.
+	// E's CAS, N's exptime and R's, raw as the client sent them. Encode
+	// writes only the Meta bits its op carries (metaBits) and a Mode of 0
+	// as ModeSet; an optional field is written only when its bit is set,
+	// and meta arith's Initial only with MetaVivify.
 	Meta    MetaFlags
 	Mode    byte
 	NewCAS  uint64
@@ -268,7 +301,7 @@ func Encode(dst []byte, c *Command) ([]byte, error) {
 	if len(c.Key) > MaxKeyLen {
 		return dst, fmt.Errorf("encode %s: key of %d bytes exceeds %d", c.Op, len(c.Key), MaxKeyLen)
 	}
-	if len(c.Key) == 0 && c.Op != OpFlush && c.Op != OpExpire && c.Op != OpMember && c.Op != OpClusterVersion {
+	if len(c.Key) == 0 && c.Op != OpFlush && c.Op != OpExpire && c.Op != OpAccess && c.Op != OpMember && c.Op != OpClusterVersion {
 		return dst, fmt.Errorf("encode %s: empty key", c.Op)
 	}
 	// On an error below, dst[:start] is returned: dst as the caller gave
@@ -323,22 +356,74 @@ func Encode(dst []byte, c *Command) ([]byte, error) {
 		dst = appendBytes(dst, c.Key)
 	case OpFlush:
 		dst = binary.BigEndian.AppendUint64(dst, uint64(c.Delay))
-	case OpExpire:
-		if len(c.Expired) > MaxExpired {
-			return dst[:start], fmt.Errorf("encode expire: %d items exceeds %d", len(c.Expired), MaxExpired)
+	case OpExpire, OpAccess:
+		list := c.Expired
+		if c.Op == OpAccess {
+			list = c.Accessed
+		}
+		if len(list) > MaxExpired {
+			return dst[:start], fmt.Errorf("encode %s: %d items exceeds %d", c.Op, len(list), MaxExpired)
 		}
 		// Decode rejects an item key it could not apply, so Encode must
 		// too: such an entry would be committed and then skipped everywhere.
-		for i, kc := range c.Expired {
+		for i, kc := range list {
 			if len(kc.Key) == 0 || len(kc.Key) > MaxKeyLen {
-				return dst[:start], fmt.Errorf("encode expire: item %d: key of %d bytes (want 1 to %d)", i, len(kc.Key), MaxKeyLen)
+				return dst[:start], fmt.Errorf("encode %s: item %d: key of %d bytes (want 1 to %d)", c.Op, i, len(kc.Key), MaxKeyLen)
 			}
 		}
-		dst = binary.AppendUvarint(dst, uint64(len(c.Expired)))
-		for _, kc := range c.Expired {
+		dst = binary.AppendUvarint(dst, uint64(len(list)))
+		for _, kc := range list {
 			dst = appendBytes(dst, kc.Key)
 			dst = binary.BigEndian.AppendUint64(dst, kc.CAS)
 		}
+	case OpMetaStore:
+		mode := c.Mode
+		if mode == 0 {
+			mode = ModeSet
+		}
+		if !validMode(mode) {
+			return dst[:start], fmt.Errorf("encode %s: mode %q (want one of S, E, R, A, P)", c.Op, mode)
+		}
+		m := c.Meta & metaBits[c.Op]
+		dst = appendBytes(dst, c.Key)
+		dst = binary.BigEndian.AppendUint16(dst, uint16(m))
+		dst = append(dst, mode)
+		dst = binary.BigEndian.AppendUint32(dst, c.Flags)
+		dst = binary.BigEndian.AppendUint64(dst, uint64(c.Exptime))
+		if mode == ModeAppend || mode == ModePrepend {
+			dst = binary.BigEndian.AppendUint32(dst, c.MaxSize)
+		}
+		dst = appendIf(dst, m, MetaHasCAS, c.CAS)
+		dst = appendIf(dst, m, MetaHasNewCAS, c.NewCAS)
+		dst = appendBytes(dst, c.Value)
+	case OpMetaDelete:
+		m := c.Meta & metaBits[c.Op]
+		dst = appendBytes(dst, c.Key)
+		dst = binary.BigEndian.AppendUint16(dst, uint16(m))
+		dst = appendIf(dst, m, MetaHasCAS, c.CAS)
+		dst = appendIf(dst, m, MetaHasNewCAS, c.NewCAS)
+		dst = appendIf(dst, m, MetaHasTTL, uint64(c.Exptime))
+		if m&MetaRemoveValue != 0 {
+			dst = binary.BigEndian.AppendUint32(dst, c.Flags)
+		}
+	case OpMetaArith:
+		m := c.Meta & metaBits[c.Op]
+		dst = appendBytes(dst, c.Key)
+		dst = binary.BigEndian.AppendUint16(dst, uint16(m))
+		dst = binary.BigEndian.AppendUint64(dst, c.Delta)
+		dst = appendIf(dst, m, MetaHasCAS, c.CAS)
+		dst = appendIf(dst, m, MetaHasNewCAS, c.NewCAS)
+		dst = appendIf(dst, m, MetaHasTTL, uint64(c.Exptime))
+		dst = appendIf(dst, m, MetaVivify, uint64(c.Vivify))
+		dst = appendIf(dst, m, MetaVivify, c.Initial)
+	case OpMetaGet:
+		m := c.Meta & metaBits[c.Op]
+		dst = appendBytes(dst, c.Key)
+		dst = binary.BigEndian.AppendUint16(dst, uint16(m))
+		dst = appendIf(dst, m, MetaHasNewCAS, c.NewCAS)
+		dst = appendIf(dst, m, MetaHasTTL, uint64(c.Exptime))
+		dst = appendIf(dst, m, MetaVivify, uint64(c.Vivify))
+		dst = appendIf(dst, m, MetaRecache, uint64(c.Recache))
 	case OpMember:
 		m := &c.Member
 		for _, f := range []string{m.Name, m.PeerAddr, m.HTTPAddr, m.MemcacheAddr} {
@@ -369,6 +454,14 @@ const (
 	arithKnown  = arithDecr | arithCreate
 )
 
+// appendIf appends v when m has bit: a meta command's optional field.
+func appendIf(dst []byte, m, bit MetaFlags, v uint64) []byte {
+	if m&bit == 0 {
+		return dst
+	}
+	return binary.BigEndian.AppendUint64(dst, v)
+}
+
 func appendBytes(dst, b []byte) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(b)))
 	return append(dst, b...)
@@ -385,7 +478,7 @@ var ErrCorrupt = errors.New("corrupt command")
 // stops applying instead).
 var ErrUnsupported = errors.New("command written by a newer kvd")
 
-// Decode parses entry bytes into c. Key, Value and Expired keys alias data, so
+// Decode parses entry bytes into c. Key, Value, Expired and Accessed keys alias data, so
 // data must stay unmodified while c is in use.
 func Decode(data []byte, c *Command) error {
 	*c = Command{}
@@ -453,15 +546,61 @@ func Decode(data []byte, c *Command) error {
 		c.Key = d.key()
 	case OpFlush:
 		c.Delay = int64(d.u64())
-	case OpExpire:
+	case OpExpire, OpAccess:
 		n := d.uvarint()
 		if n > MaxExpired {
-			return fmt.Errorf("%w: expire of %d items", ErrCorrupt, n)
+			return fmt.Errorf("%w: %s of %d items", ErrCorrupt, c.Op, n)
 		}
-		c.Expired = make([]KeyCAS, 0, min(n, uint64(len(d.b))))
+		list := make([]KeyCAS, 0, min(n, uint64(len(d.b))))
 		for i := uint64(0); i < n && d.err == nil; i++ {
 			k := d.key()
-			c.Expired = append(c.Expired, KeyCAS{Key: k, CAS: d.u64()})
+			list = append(list, KeyCAS{Key: k, CAS: d.u64()})
+		}
+		if c.Op == OpAccess {
+			c.Accessed = list
+		} else {
+			c.Expired = list
+		}
+	case OpMetaGet, OpMetaStore, OpMetaDelete, OpMetaArith:
+		c.Key = d.key()
+		m := MetaFlags(d.u16())
+		if d.err == nil && m&^metaBits[c.Op] != 0 {
+			return fmt.Errorf("%w: %s: meta flags %#x", ErrCorrupt, c.Op, uint16(m))
+		}
+		c.Meta = m
+		switch c.Op {
+		case OpMetaStore:
+			c.Mode = d.u8()
+			if d.err == nil && !validMode(c.Mode) {
+				return fmt.Errorf("%w: %s: mode %#x", ErrCorrupt, c.Op, c.Mode)
+			}
+			c.Flags = d.u32()
+			c.Exptime = int64(d.u64())
+			if c.Mode == ModeAppend || c.Mode == ModePrepend {
+				c.MaxSize = d.u32()
+			}
+			c.CAS = d.optU64(m, MetaHasCAS)
+			c.NewCAS = d.optU64(m, MetaHasNewCAS)
+			c.Value = d.bytes(MaxValueLen)
+		case OpMetaDelete:
+			c.CAS = d.optU64(m, MetaHasCAS)
+			c.NewCAS = d.optU64(m, MetaHasNewCAS)
+			c.Exptime = int64(d.optU64(m, MetaHasTTL))
+			if m&MetaRemoveValue != 0 {
+				c.Flags = d.u32()
+			}
+		case OpMetaArith:
+			c.Delta = d.u64()
+			c.CAS = d.optU64(m, MetaHasCAS)
+			c.NewCAS = d.optU64(m, MetaHasNewCAS)
+			c.Exptime = int64(d.optU64(m, MetaHasTTL))
+			c.Vivify = int64(d.optU64(m, MetaVivify))
+			c.Initial = d.optU64(m, MetaVivify)
+		case OpMetaGet:
+			c.NewCAS = d.optU64(m, MetaHasNewCAS)
+			c.Exptime = int64(d.optU64(m, MetaHasTTL))
+			c.Vivify = int64(d.optU64(m, MetaVivify))
+			c.Recache = int64(d.optU64(m, MetaRecache))
 		}
 	case OpMember:
 		m := &c.Member
@@ -498,6 +637,12 @@ func Describe(c *Command) string {
 		return fmt.Sprintf("%s delay=%d req=%x", c.Op, c.Delay, c.ReqID)
 	case OpExpire:
 		return fmt.Sprintf("%s items=%d req=%x", c.Op, len(c.Expired), c.ReqID)
+	case OpAccess:
+		return fmt.Sprintf("%s items=%d req=%x", c.Op, len(c.Accessed), c.ReqID)
+	case OpMetaStore:
+		return fmt.Sprintf("%s key=%q mode=%q meta=%#x value=%dB req=%x", c.Op, c.Key, c.Mode, uint16(c.Meta), len(c.Value), c.ReqID)
+	case OpMetaGet, OpMetaDelete, OpMetaArith:
+		return fmt.Sprintf("%s key=%q meta=%#x req=%x", c.Op, c.Key, uint16(c.Meta), c.ReqID)
 	case OpMember:
 		return fmt.Sprintf("%s id=%x name=%q req=%x", c.Op, c.Member.ID, c.Member.Name, c.ReqID)
 	case OpClusterVersion:
@@ -528,6 +673,24 @@ func (d *decoder) u8() byte {
 	v := d.b[0]
 	d.b = d.b[1:]
 	return v
+}
+
+func (d *decoder) u16() uint16 {
+	if len(d.b) < 2 {
+		d.fail("u16")
+		return 0
+	}
+	v := binary.BigEndian.Uint16(d.b)
+	d.b = d.b[2:]
+	return v
+}
+
+// optU64 reads a meta command's optional field, present when m has bit.
+func (d *decoder) optU64(m, bit MetaFlags) uint64 {
+	if m&bit == 0 {
+		return 0
+	}
+	return d.u64()
 }
 
 func (d *decoder) u32() uint32 {

@@ -23,6 +23,10 @@ func TestMinClusterVersion(t *testing.T) {
 	for _, op := range []Op{OpArith, OpDeleteCAS, OpAppendCAS, OpPrependCAS} {
 		require.Equal(t, uint64(4), MinClusterVersion(op), op.String())
 	}
+	for _, op := range []Op{OpMetaGet, OpMetaStore, OpMetaDelete, OpMetaArith, OpAccess} {
+		require.Equal(t, uint64(5), MinClusterVersion(op), op.String())
+		require.LessOrEqual(t, MinClusterVersion(op), ClusterVersionMax, op.String())
+	}
 	for _, op := range []Op{OpSet, OpIncr, OpDelete, OpAppend, OpFlush} {
 		require.Equal(t, uint64(1), MinClusterVersion(op), op.String())
 	}
@@ -54,8 +58,9 @@ func TestRoundTrip(t *testing.T) {
 		{Op: OpAppendCAS, ReqID: 21, Key: []byte("a"), Value: []byte("tail"), MaxSize: 1 << 20, CAS: 7},
 		{Op: OpPrependCAS, ReqID: 22, Key: []byte("a"), Value: []byte("head"), MaxSize: 10, CAS: 8},
 	}
+	cases = append(cases, metaCases...)
 	for _, want := range cases {
-		t.Run(want.Op.String(), func(t *testing.T) {
+		t.Run(Describe(&want), func(t *testing.T) {
 			b, err := Encode(nil, &want)
 			require.NoError(t, err)
 			var got Command
@@ -150,7 +155,15 @@ func FuzzDecode(f *testing.F) {
 		{Op: OpMember, Member: MemberAttrs{ID: 1, Name: "a", HTTPAddr: "b:1"}},
 		{Op: OpClusterVersion, ClusterVersion: 2},
 		{Op: OpClusterVersion, ClusterVersion: 2, MemberTable: 1},
+		{Op: OpArith, Key: []byte("n"), Delta: 1, Create: true},
 	} {
+		b, err := Encode(nil, &c)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	for _, c := range metaCases {
 		b, err := Encode(nil, &c)
 		if err != nil {
 			f.Fatal(err)

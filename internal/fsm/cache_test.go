@@ -55,7 +55,12 @@ func TestItemCacheIsInvisible(t *testing.T) {
 					for _, e := range ents {
 						var c command.Command
 						require.NoError(t, command.Decode(e.Data, &c))
-						read = append(read, string(c.Key))
+						for _, kc := range c.Accessed {
+							read = append(read, string(kc.Key))
+						}
+						if len(c.Key) > 0 {
+							read = append(read, string(c.Key))
+						}
 					}
 				}
 				for _, k := range read {
@@ -104,6 +109,10 @@ func randomCommand(rng *rand.Rand, keys []string, now int64) command.Command {
 	exp := []int64{0, 0, 0, 1, 2, -1}[rng.IntN(6)]
 	c := command.Command{Key: []byte(k), Value: []byte(val), Exptime: exp, Flags: uint32(rng.IntN(3)),
 		MaxSize: 1 << 20, Stamp: now}
+	if rng.IntN(4) == 0 {
+		randomMeta(rng, keys, &c)
+		return c
+	}
 	switch r := rng.IntN(100); {
 	case r < 30:
 		c.Op = command.OpSet
@@ -131,6 +140,37 @@ func randomCommand(rng *rand.Rand, keys []string, now int64) command.Command {
 		c.Op, c.Delay = command.OpFlush, int64(rng.IntN(2))
 	}
 	return c
+}
+
+// randomMeta makes c one of the meta writes, with random flags.
+func randomMeta(rng *rand.Rand, keys []string, c *command.Command) {
+	bit := func(m command.MetaFlags) command.MetaFlags {
+		if rng.IntN(3) == 0 {
+			return m
+		}
+		return 0
+	}
+	c.CAS, c.NewCAS = uint64(rng.IntN(50)), uint64(rng.IntN(50))
+	c.Vivify, c.Recache = []int64{0, 1, 2, -1}[rng.IntN(4)], []int64{0, 1, 3}[rng.IntN(3)]
+	switch rng.IntN(5) {
+	case 0:
+		c.Op, c.Mode = command.OpMetaStore, "SERAP"[rng.IntN(5)]
+		c.Meta = bit(command.MetaHasCAS) | bit(command.MetaHasNewCAS) | bit(command.MetaInvalidate)
+	case 1:
+		c.Op = command.OpMetaDelete
+		c.Meta = bit(command.MetaHasCAS) | bit(command.MetaHasNewCAS) | bit(command.MetaHasTTL) | bit(command.MetaInvalidate) | bit(command.MetaRemoveValue)
+	case 2:
+		c.Op, c.Delta, c.Initial = command.OpMetaArith, uint64(rng.IntN(10)), uint64(rng.IntN(10))
+		c.Meta = bit(command.MetaHasCAS) | bit(command.MetaHasNewCAS) | bit(command.MetaHasTTL) | bit(command.MetaVivify) | bit(command.MetaDecr)
+	case 3:
+		c.Op = command.OpMetaGet
+		c.Meta = bit(command.MetaHasNewCAS) | bit(command.MetaHasTTL) | bit(command.MetaVivify) | bit(command.MetaRecache) | bit(command.MetaWantValue) | bit(command.MetaNoBump)
+	default:
+		c.Op, c.Key = command.OpAccess, nil
+		for range 1 + rng.IntN(3) {
+			c.Accessed = append(c.Accessed, command.KeyCAS{Key: []byte(keys[rng.IntN(len(keys))]), CAS: uint64(rng.IntN(50))})
+		}
+	}
 }
 
 // A reader that looked a key up before an apply changed it must not put

@@ -12,10 +12,11 @@
 // no further, and starts the flushes that advance it.
 //
 // What a command does to an item (set, add, cas, incr, touch, delete...)
-// is memcached's semantics, kept apart from the storage in rules.go: a pure
-// function of the old item, the command and its stamp, which Apply feeds
-// from Pebble and whose verdict it writes into its batch. How incr reads a
-// stored counter is such a rule too (counter.go), fsm's own, not a codec's.
+// is memcached's semantics, kept apart from the storage in rules.go (and the
+// meta commands' mg, ms, md and ma in rules_meta.go): a pure function of the
+// old item, the command and its stamp, which Apply feeds from Pebble and
+// whose verdict it writes into its batch. How incr reads a stored counter is
+// such a rule too (counter.go), fsm's own, not a codec's.
 //
 // Two in-memory structures keep reads off Pebble, neither a source of truth:
 // the item cache (cache.go) holds recently read and written items, and the
@@ -688,6 +689,9 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 	if c.Op == command.OpExpire {
 		return f.applyExpire(b, st, c)
 	}
+	if c.Op == command.OpAccess {
+		return f.applyAccess(b, st, c)
+	}
 	if c.Op == command.OpMember {
 		st.membersChanged = true
 		return f.applyMemberAttrs(b, &c.Member)
@@ -832,6 +836,25 @@ func (f *FSM) applyExpire(b *pebble.Batch, st *applyState, c *command.Command) (
 	return command.Result{Status: command.StatusOK}, nil
 }
 
+// applyAccess marks read each listed item still at the CAS its reader saw
+// (accessRule), in one batch like OpExpire's.
+func (f *FSM) applyAccess(b *pebble.Batch, st *applyState, c *command.Command) (command.Result, error) {
+	for _, kc := range c.Accessed {
+		old, exists, err := f.load(b, kc.Key)
+		if err != nil {
+			return command.Result{}, err
+		}
+		next, ok := accessRule(&old, exists, kc.CAS, st.flush, c.Stamp)
+		if !ok {
+			continue
+		}
+		if err := f.store(b, st, kc.Key, &old, exists, &next); err != nil {
+			return command.Result{}, err
+		}
+	}
+	return command.Result{Status: command.StatusOK}, nil
+}
+
 // load reads the item under key as the batch being applied sees it: from the
 // item cache, unless the batch itself changed the key (or flushed all).
 func (f *FSM) load(b *pebble.Batch, key []byte) (command.Item, bool, error) {
@@ -874,8 +897,14 @@ func (f *FSM) store(b *pebble.Batch, st *applyState, key []byte, old *command.It
 	// The item cache keeps the encoding the batch copies in. Appending the
 	// value to a header that fills its array makes append allocate, and
 	// append copies the value in without zeroing the space first.
-	var hdr [itemHeaderLen]byte
-	enc := encodeItem(hdr[:0], next)
+	var enc []byte
+	if hasMeta(next) {
+		var hdr [itemMetaHeaderLen]byte
+		enc = encodeItem(hdr[:0], next)
+	} else {
+		var hdr [itemHeaderLen]byte
+		enc = encodeItem(hdr[:0], next)
+	}
 	f.kbuf = dataKey(f.kbuf[:0], key)
 	if err := b.Set(f.kbuf, enc, nil); err != nil {
 		return fmt.Errorf("write %q: %w", key, err)

@@ -11,35 +11,98 @@ import (
 // Item versions. Version 1 kept the expiry in whole seconds, which made a
 // relative exptime count from the current second, so an item could go up
 // to a second early (as in memcached); version 2 keeps it in nanoseconds.
-// Both are read; only version 2 is written.
+// Version 3 adds the meta protocol's item state (command.Item's Fetched,
+// AccessedAt, Stale and TokenSent) after version 2's header.
+//
+// All three are read; version 3 is written only for an item whose meta
+// state is not all zero, and version 2 for every other. Only the meta
+// writes (command.OpMetaGet … OpAccess, cluster version 5) set that state,
+// and they are proposed only once every member applies them, so a store
+// that never saw one holds only what older binaries read. That matters
+// beyond this node: a snapshot is a copy of the store, and during a
+// rolling upgrade it may be sent to a member still running an older kvd,
+// which must be able to read every item in it.
 const (
-	itemVersionSec = 1
-	itemVersion    = 2
-	itemHeaderLen  = 1 + 4 + 8 + 8 + 8
+	itemVersionSec  = 1
+	itemVersion     = 2
+	itemVersionMeta = 3
+	itemHeaderLen   = 1 + 4 + 8 + 8 + 8
+	// itemMetaHeaderLen is version 3's header: version 2's, a byte of
+	// meta bits and AccessedAt.
+	itemMetaHeaderLen = itemHeaderLen + 1 + 8
 )
 
+// Version 3's meta bits; any other bit set is a corrupt item.
+const (
+	itemFetched   = 1 << 0
+	itemStale     = 1 << 1
+	itemTokenSent = 1 << 2
+	itemMetaKnown = itemFetched | itemStale | itemTokenSent
+)
+
+// hasMeta reports whether it has meta state, which only version 3 holds.
+func hasMeta(it *command.Item) bool {
+	return it.Fetched || it.AccessedAt != 0 || it.Stale || it.TokenSent
+}
+
 func encodeItem(dst []byte, it *command.Item) []byte {
-	dst = append(dst, itemVersion)
+	meta := hasMeta(it)
+	if meta {
+		dst = append(dst, itemVersionMeta)
+	} else {
+		dst = append(dst, itemVersion)
+	}
 	dst = binary.BigEndian.AppendUint32(dst, it.Flags)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(it.ExpiresAt))
 	dst = binary.BigEndian.AppendUint64(dst, it.CAS)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(it.StoredAt))
+	if meta {
+		var bits byte
+		if it.Fetched {
+			bits |= itemFetched
+		}
+		if it.Stale {
+			bits |= itemStale
+		}
+		if it.TokenSent {
+			bits |= itemTokenSent
+		}
+		dst = append(dst, bits)
+		dst = binary.BigEndian.AppendUint64(dst, uint64(it.AccessedAt))
+	}
 	return append(dst, it.Value...)
 }
 
-// decodeItem parses b; Value aliases b.
+// decodeItem parses b into *it, every field of it (callers reuse one Item
+// for many); Value aliases b.
 func decodeItem(b []byte, it *command.Item) error {
-	if len(b) < itemHeaderLen || (b[0] != itemVersion && b[0] != itemVersionSec) {
+	hdr := itemHeaderLen
+	if len(b) > 0 && b[0] == itemVersionMeta {
+		hdr = itemMetaHeaderLen
+	}
+	if len(b) < hdr || (b[0] != itemVersion && b[0] != itemVersionSec && b[0] != itemVersionMeta) {
 		return fmt.Errorf("decode item: bad header (%d bytes, version %d)", len(b), firstByte(b))
 	}
-	it.Flags = binary.BigEndian.Uint32(b[1:])
-	it.ExpiresAt = int64(binary.BigEndian.Uint64(b[5:]))
-	if b[0] == itemVersionSec {
-		it.ExpiresAt = secToNs(it.ExpiresAt)
+	*it = command.Item{
+		Flags:     binary.BigEndian.Uint32(b[1:]),
+		ExpiresAt: int64(binary.BigEndian.Uint64(b[5:])),
+		CAS:       binary.BigEndian.Uint64(b[13:]),
+		StoredAt:  int64(binary.BigEndian.Uint64(b[21:])),
+		Value:     b[hdr:],
 	}
-	it.CAS = binary.BigEndian.Uint64(b[13:])
-	it.StoredAt = int64(binary.BigEndian.Uint64(b[21:]))
-	it.Value = b[itemHeaderLen:]
+	switch b[0] {
+	case itemVersionSec:
+		it.ExpiresAt = secToNs(it.ExpiresAt)
+	case itemVersionMeta:
+		bits := b[itemHeaderLen]
+		if bits&^itemMetaKnown != 0 {
+			return fmt.Errorf("decode item: meta bits %#x", bits)
+		}
+		it.Fetched = bits&itemFetched != 0
+		it.Stale = bits&itemStale != 0
+		it.TokenSent = bits&itemTokenSent != 0
+		it.AccessedAt = int64(binary.BigEndian.Uint64(b[itemHeaderLen+1:]))
+	}
 	return nil
 }
 

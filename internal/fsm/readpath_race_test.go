@@ -26,7 +26,8 @@ func describeRead(it command.Item, ok bool) string {
 	if !ok {
 		return "absent"
 	}
-	return fmt.Sprintf("%q flags=%d cas=%d exp=%d", it.Value, it.Flags, it.CAS, it.ExpiresAt)
+	return fmt.Sprintf("%q flags=%d cas=%d exp=%d fetched=%t at=%d stale=%t token=%t", it.Value, it.Flags, it.CAS, it.ExpiresAt,
+		it.Fetched, it.AccessedAt, it.Stale, it.TokenSent)
 }
 
 // TestReadPathAgainstApplyAndInstall applies random batches to a store

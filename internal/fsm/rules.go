@@ -33,15 +33,29 @@ func (v verdict) String() string {
 // itemRule applies c, the entry at index, to old, the item stored under
 // c.Key when exists. old may be stored yet no longer visible at c's stamp
 // (expired, or hidden by a flush_all horizon of h): every rule but delete
-// treats it as absent. next is the item to store when the verdict is put;
-// its CAS is index, its StoredAt the stamp. Its Value never shares old's
-// storage: it is the command's value, or one built anew (append, prepend,
-// incr, decr, touch, gat), so a gat's result stays the caller's own.
+// (and md) treats it as absent. next is the item to store when the verdict
+// is put; its CAS is index (or, for a meta write, the client's E), its
+// StoredAt the stamp. Its Value never shares old's storage: it is the
+// command's value, or one built anew (append, prepend, incr, decr, touch,
+// gat, mg), so a gat's result stays the caller's own. Every item a write
+// stores anew has no meta state (Fetched … TokenSent); touch and gat keep
+// the item's, as memcached keeps its item flags; the meta rules
+// (rules_meta.go) say what they do with it.
 //
-// Ops that are not about one item (flush_all, expire, member, cluster
-// version) are not item rules; itemRule answers them StatusInvalid.
+// Ops that are not about one item (flush_all, expire, access, member,
+// cluster version) are not item rules; itemRule answers them StatusInvalid.
 func itemRule(c *command.Command, old *command.Item, exists bool, h horizons, index uint64) (next command.Item, v verdict, res command.Result) {
 	live := exists && visible(old, h, c.Stamp)
+	switch c.Op {
+	case command.OpMetaStore:
+		return metaStoreRule(c, old, exists, live, index)
+	case command.OpMetaDelete:
+		return metaDeleteRule(c, old, exists, live, index)
+	case command.OpMetaArith:
+		return metaArithRule(c, old, exists, live, index)
+	case command.OpMetaGet:
+		return metaGetRule(c, old, exists, live, index)
+	}
 	next = command.Item{Flags: c.Flags, ExpiresAt: expiryOf(c.Exptime, c.Stamp), CAS: index, StoredAt: c.Stamp, Value: c.Value}
 	switch c.Op {
 	case command.OpSet:

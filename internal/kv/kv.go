@@ -164,7 +164,7 @@ func (s *Service) Submit(ctx context.Context, c *command.Command) (*Call, error)
 		c.ReqID = s.nextID.Add(1)
 	}
 	c.Stamp = s.now().UnixNano()
-	if c.Op == command.OpAppend || c.Op == command.OpPrepend || c.Op == command.OpAppendCAS || c.Op == command.OpPrependCAS {
+	if buildsValue(c) {
 		c.MaxSize = uint32(s.cfg.MaxItemSize)
 	}
 	data, err := command.Encode(nil, c)
@@ -176,6 +176,19 @@ func (s *Service) Submit(ctx context.Context, c *command.Command) (*Call, error)
 		return nil, err
 	}
 	return &Call{p: p, deadline: deadline}, nil
+}
+
+// buildsValue reports whether c builds its value from the stored one
+// (append, prepend, and ms in those modes): its MaxSize bounds what it
+// may build.
+func buildsValue(c *command.Command) bool {
+	switch c.Op {
+	case command.OpAppend, command.OpPrepend, command.OpAppendCAS, command.OpPrependCAS:
+		return true
+	case command.OpMetaStore:
+		return c.Mode == command.ModeAppend || c.Mode == command.ModePrepend
+	}
+	return false
 }
 
 // Wait returns the applied result, or an error: replica.ErrUnknownOutcome

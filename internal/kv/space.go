@@ -101,10 +101,12 @@ func (g *SpaceGuard) Free() uint64 { return g.avail.Load() }
 // a node publishes when it starts or moves: refusing them on a low disk
 // would leave peers dialling its old address, so that it could not even
 // receive the deletes that free space. A cluster version raise is a few
-// bytes too, retried by the leader every half second while refused.
+// bytes too, retried by the leader every half second while refused. md is
+// a delete too: with I or x it keeps the item, stale or emptied, never
+// larger than by the few bytes of its meta state.
 func passesLowDisk(op command.Op) bool {
 	switch op {
-	case command.OpDelete, command.OpDeleteCAS, command.OpFlush, command.OpExpire, command.OpMember, command.OpClusterVersion:
+	case command.OpDelete, command.OpDeleteCAS, command.OpMetaDelete, command.OpFlush, command.OpExpire, command.OpMember, command.OpClusterVersion:
 		return true
 	}
 	return false

@@ -69,6 +69,8 @@ func TestPassesLowDisk(t *testing.T) {
 		command.OpSet: false, command.OpAdd: false, command.OpReplace: false, command.OpAppend: false,
 		command.OpPrepend: false, command.OpCAS: false, command.OpIncr: false, command.OpDecr: false,
 		command.OpTouch: false, command.OpGAT: false,
+		command.OpMetaDelete: true, command.OpMetaStore: false, command.OpMetaArith: false, command.OpMetaGet: false,
+		command.OpAccess: false,
 	} {
 		require.Equal(t, want, passesLowDisk(op), "%s", op)
 	}
