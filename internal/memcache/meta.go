@@ -145,13 +145,18 @@ func metaItemReply(it *command.Item, now time.Time, withValue bool) mcproto.Meta
 	return r
 }
 
-// remainingTTL is the whole seconds it has left, as memcached counts them
-// (its expiry second minus the current one), or -1 for none.
+// remainingTTL is the seconds it has left, rounded up (an item set with
+// T30 reports 30 at once, as memcached's whole-second clock does), or -1
+// for none.
 func remainingTTL(it *command.Item, now time.Time) int64 {
 	if it.ExpiresAt == 0 {
 		return -1
 	}
-	return max(it.ExpirySec()-now.Unix(), 0)
+	left := it.ExpiresAt - now.UnixNano()
+	if left <= 0 {
+		return 0
+	}
+	return (left + 1e9 - 1) / 1e9
 }
 
 // sinceAccess is the whole seconds since it was last read or written.
@@ -218,7 +223,8 @@ func (ss *session) metaSet(req *mcproto.Request) *mcserver.Reply {
 // metaDelete answers md.
 func (ss *session) metaDelete(req *mcproto.Request) *mcserver.Reply {
 	m, st, e := &req.Meta, ss.s.stats, req.Echo
-	cmd := &command.Command{Op: command.OpMetaDelete, Key: req.Keys[0]}
+	// F is the flags of the empty item x leaves, as newer memcached has it.
+	cmd := &command.Command{Op: command.OpMetaDelete, Key: req.Keys[0], Flags: m.ClientFlags}
 	if m.Has('C') {
 		cmd.Meta |= command.MetaHasCAS
 		cmd.CAS = m.CompareCAS

@@ -49,14 +49,15 @@ func TestMetaReadMarks(t *testing.T) {
 	n := startMetaNode(t)
 	a, b := dial(t, n.MemcacheAddr()), dial(t, n.MemcacheAddr())
 	require.Equal(t, []string{"HD"}, a.meta("ms k 1\r\nx\r\n"))
-	require.Equal(t, []string{"HD h0 l0 t-1"}, a.meta("mg k h l t\r\n"))
+	require.Equal(t, []string{"HD h0 l0 t-1"}, a.meta("mg k h l t u\r\n"))
 	require.Equal(t, []string{"VA 1", "x"}, a.meta("mg k v u\r\n"), "u: a read that does not count")
-	require.Equal(t, []string{"HD h0"}, a.meta("mg k h\r\n"))
+	require.Equal(t, []string{"HD h0"}, a.meta("mg k h u\r\n"))
 	require.Equal(t, []string{"VALUE k 0 1", "x", "END"}, a.do("get k\r\n"))
-	require.Equal(t, []string{"HD h1"}, a.meta("mg k h\r\n"), "the same connection's get")
+	require.Equal(t, []string{"HD h1"}, a.meta("mg k h u\r\n"), "the same connection's get")
 	require.Equal(t, []string{"HD h1"}, b.meta("mg k h\r\n"), "another connection")
 	require.Equal(t, []string{"HD"}, a.meta("ms k 1\r\ny\r\n"))
 	require.Equal(t, []string{"HD h0"}, b.meta("mg k h\r\n"), "a new value is unread")
+	require.Equal(t, []string{"HD h1"}, a.meta("mg k h\r\n"), "until an mg reads it")
 }
 
 // TestMetaStaleWhileRevalidate: md I marks the item stale; the first read
