@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -414,4 +415,89 @@ func TestMetaDifferentialSelf(t *testing.T) {
 // table from shrinking unnoticed.
 func TestMetaTableSize(t *testing.T) {
 	require.Len(t, metaTable, 153, "update the row count in metaTable's comment")
+}
+
+// metaNewerFlags are the two meta flags kvd takes from memcached newer than
+// 1.6.18, which has neither: E (the client chooses the CAS unique an item
+// gets when a command changes it; memcached commit 22480de78) and md's x
+// (the item stays, with an empty value; commit 563d05a82). 1.6.18 answers
+// both "invalid flag", so there is nothing to compare kvd with: the
+// expected bytes were written from those commits' proto_text.c and
+// t/metaget.t, and checked by hand against memcached 1.6.27 built from the
+// mirror (KVD_META_NEWER_ADDR runs them against such a server). Everything
+// else in them answers as in 1.6.18. Run against kvd only.
+//
+// Templates as in the conformance table ({p}, {u64}, {u64:v}, {$v}); each
+// exchange runs on a fresh connection and ends with a sentinel get.
+var metaNewerFlags = []exchange{
+	{name: "ms_E", steps: []step{
+		{"ms {p}a 2 E973\r\nji\r\nmg {p}a c\r\ngets {p}a\r\n", "HD\r\nHD c973\r\nVALUE {p}a 0 2 973\r\nji\r\nEND\r\n"},
+		{"ms {p}a 2 c C973 E4000\r\nlo\r\n", "HD c4000\r\n"},
+		{"ms {p}a 1 C1 E5\r\nx\r\nms {p}a 1 ME E6\r\nx\r\nmg {p}a c v\r\n", "EX\r\nNS\r\nVA 2 c4000\r\nlo\r\n"},
+		{"cas {p}a 0 0 1 4000\r\nz\r\nmg {p}a v\r\n", "STORED\r\nVA 1\r\nz\r\n"},
+	}},
+	one("ms_E_q", "ms {p}a 1 q E42\r\nx\r\nmg {p}a c\r\n", "HD c42\r\n"),
+	one("ms_E_append", "ms {p}a 1\r\nx\r\nms {p}a 1 MA E43 c\r\ny\r\nmg {p}a c v\r\n", "HD\r\nHD c43\r\nVA 2 c43\r\nxy\r\n"),
+	// The vivified item takes E; a hit ignores it (t/metaget.t).
+	one("mg_N_E", "mg {p}v s c v N30 t E9876\r\nmg {p}v c E5\r\n", "VA 0 s0 c9876 t{u64} W\r\n\r\nHD c9876 Z\r\n"),
+	one("mg_E_without_N", "ms {p}a 1 E11\r\nx\r\nmg {p}a c E12\r\nmg {p}nope E13\r\n", "HD\r\nHD c11\r\nEN\r\n"),
+	one("md_I_E", "ms {p}d 2 E1234\r\nmE\r\nmd {p}d C1234 E5678 I\r\nmg {p}d c\r\n", "HD\r\nHD\r\nHD c5678 X W\r\n"),
+	one("md_E_without_I_deletes", "ms {p}d 1\r\nx\r\nmd {p}d E1\r\nmg {p}d\r\n", "HD\r\nHD\r\nEN\r\n"),
+	one("md_I_E_mismatch", "ms {p}d 1 E20\r\nx\r\nmd {p}d C1 E21 I\r\nmg {p}d c\r\n", "HD\r\nEX\r\nHD c20\r\n"),
+	one("ma_E", "ms {p}n 2\r\n10\r\nma {p}n E77 c v\r\nmg {p}n c\r\n", "HD\r\nVA 2 c77\r\n11\r\nHD c77\r\n"),
+	one("ma_N_E", "ma {p}m N0 J10 E88 c v\r\n", "VA 2 c88\r\n10\r\n"),
+	one("ma_E_miss_and_mismatch", "ma {p}nope E5\r\nms {p}n 1 E30\r\n1\r\nma {p}n C1 E31 v\r\nmg {p}n c\r\n", "NF\r\nHD\r\nEX\r\nHD c30\r\n"),
+	one("E_bad_tokens", "ms {p}a 1 Ex\r\nx\r\nmg {p}a Ex\r\nmg {p}a E-1\r\nmd {p}a Ex\r\nma {p}a Ex\r\nmg {p}a E1 E2\r\n",
+		"CLIENT_ERROR bad token in command line format\r\nCLIENT_ERROR bad token in command line format\r\n"+
+			"CLIENT_ERROR bad token in command line format\r\nCLIENT_ERROR invalid or duplicate flag\r\n"+
+			"CLIENT_ERROR invalid or duplicate flag\r\nCLIENT_ERROR duplicate flag\r\n"),
+
+	// md x (t/metaget.t): the value goes, the item stays with flags and TTL
+	// as md gives them (none unless F and T), the same CAS unless I.
+	one("md_x", "ms {p}x 2 T50\r\nmx\r\nmd {p}x x\r\nmg {p}x t v s f\r\n", "HD\r\nHD\r\nVA 0 t-1 s0 f0\r\n\r\n"),
+	{name: "md_x_keeps_cas", steps: []step{
+		{"ms {p}x 2 F5 c\r\nab\r\n", "HD c{u64:c}\r\n"},
+		{"md {p}x x\r\nmg {p}x c f v\r\n", "HD\r\nVA 0 c{$c} f0\r\n\r\n"},
+	}},
+	one("md_x_I", "ms {p}x 2 T50\r\nmz\r\nmd {p}x x I\r\nmg {p}x t v\r\n", "HD\r\nHD\r\nVA 0 t-1 X W\r\n\r\n"),
+	one("md_x_I_T_E", "ms {p}x 2\r\nab\r\nmd {p}x x I T30 E99\r\nmg {p}x t c s\r\n", "HD\r\nHD\r\nHD t{u64} c99 s0 X W\r\n"),
+	one("md_x_T", "ms {p}x 1\r\nv\r\nmd {p}x x T100\r\nmg {p}x t\r\n", "HD\r\nHD\r\nHD t{u64}\r\n"),
+	// The tombstone takes md's F (newer memcached allocates it with the
+	// request's client flags).
+	one("md_x_F", "ms {p}x 1 F3\r\nv\r\nmd {p}x x F9\r\nmg {p}x f\r\n", "HD\r\nHD\r\nHD f9\r\n"),
+	one("md_x_miss", "md {p}nope x\r\nmd {p}nope x q\r\n", "NF\r\nNF\r\n"),
+	one("md_x_C", "ms {p}x 1\r\nv\r\nmd {p}x x C1\r\nmg {p}x v\r\n", "HD\r\nEX\r\nVA 1\r\nv\r\n"),
+	one("md_x_q_k_O", "ms {p}x 1\r\nv\r\nmd {p}x x q\r\nmd {p}x x k Oo\r\nmg {p}x s\r\n", "HD\r\nHD k{p}x Oo\r\nHD s0\r\n"),
+	one("md_x_new_item_unfetched", "ms {p}x 1\r\nv\r\nmg {p}x v\r\nmd {p}x x\r\nmg {p}x h\r\n", "HD\r\nVA 1\r\nv\r\nHD\r\nHD h0\r\n"),
+	one("md_x_then_text", "ms {p}x 1 F4\r\nv\r\nmd {p}x x\r\nget {p}x\r\nappend {p}x 0 0 1\r\nw\r\nmg {p}x v\r\n",
+		"HD\r\nHD\r\nVALUE {p}x 0 0\r\n\r\nEND\r\nSTORED\r\nVA 1\r\nw\r\n"),
+	one("md_x_duplicate", "md {p}x x x\r\n", "CLIENT_ERROR invalid or duplicate flag\r\n"),
+}
+
+// runMetaNewerFlags plays metaNewerFlags to the server at addr.
+func runMetaNewerFlags(t *testing.T, addr string) {
+	run := fmt.Sprintf("n%08x", rand.Uint32())
+	for _, ex := range metaNewerFlags {
+		t.Run(ex.name, func(t *testing.T) {
+			runExchange(t, addr, run+"_"+ex.name+"_", ex)
+		})
+	}
+}
+
+// TestMetaNewerFlagsKvd: kvd answers E and md x as newer memcached does.
+func TestMetaNewerFlagsKvd(t *testing.T) {
+	p := kvdproc.Start(t, t.TempDir())
+	p.WaitClusterVersion()
+	runMetaNewerFlags(t, p.MemcacheAddr)
+}
+
+// TestMetaNewerFlagsAddr runs the E and md x exchanges against any server
+// named by KVD_META_NEWER_ADDR (host:port): a memcached of 1.6.27 or later,
+// to check the expectations.
+func TestMetaNewerFlagsAddr(t *testing.T) {
+	addr := os.Getenv("KVD_META_NEWER_ADDR")
+	if addr == "" {
+		t.Skip("set KVD_META_NEWER_ADDR=host:port (a memcached 1.6.27 or later) to check the E and md x exchanges against it")
+	}
+	runMetaNewerFlags(t, addr)
 }
