@@ -391,14 +391,19 @@ func TestMetaDifferential(t *testing.T) {
 }
 
 // TestMetaDifferentialFollower: so does a follower of a 3-node cluster,
-// which forwards every write to the leader and reads through ReadIndex.
+// which forwards every write to the leader and reads through ReadIndex;
+// and the meta client library's checks pass through it.
 func TestMetaDifferentialFollower(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
 	}
 	needMemcached(t)
 	mc := startMemcached(t, memcachedBin, differentialMemcachedArgs...)
-	runMetaDifferential(t, mc, diffTarget{name: "kvd", addr: clusterFollower(t).MemcacheAddr})
+	follower := clusterFollower(t)
+	t.Run("table", func(t *testing.T) {
+		runMetaDifferential(t, mc, diffTarget{name: "kvd", addr: follower.MemcacheAddr})
+	})
+	t.Run("client", func(t *testing.T) { runMetaClient(t, follower.MemcacheAddr) })
 }
 
 // TestMetaDifferentialSelf checks the table and its normalisations on
