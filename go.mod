@@ -3,6 +3,7 @@ module github.com/kvd-project/kvd
 go 1.26.0
 
 require (
+	github.com/QuangTung97/go-memcache v0.3.5
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/bradfitz/gomemcache v0.0.0-20260422231931-4d751bb6e37c
 	github.com/chromedp/chromedp v0.23.0

@@ -33,6 +33,12 @@ import (
 // KVD_DIFF_SEEDS and KVD_DIFF_STEPS lengthen a local run, KVD_DIFF_FIRST_SEED
 // picks the seeds, and KVD_DIFF_HISTORY is how many of the last steps a
 // failure prints (12).
+//
+// The seeds run twice: as text streams (subtests seedN, the streams they
+// always were, so an old seed replays as it did), and as streams where
+// about half the commands are meta commands, mg, ms, md, ma, me and mn with
+// random flag subsets, valid and malformed, mixed with the text ones
+// (subtests meta_seedN; diffGen.meta).
 func TestDifferentialAgainstMemcached(t *testing.T) {
 	needMemcached(t)
 	seeds := 4
@@ -40,7 +46,33 @@ func TestDifferentialAgainstMemcached(t *testing.T) {
 		seeds = 2
 	}
 	mc := startMemcached(t, memcachedBin, differentialMemcachedArgs...)
-	runSeeds(t, seeds, 400, mc, kvdproc.Start(t, t.TempDir()).MemcacheAddr)
+	kvd := diffTarget{name: "kvd", addr: kvdproc.Start(t, t.TempDir()).MemcacheAddr}
+	runSeeds(t, seeds, 400, mc, kvd, false)
+	runSeeds(t, seeds, 400, mc, kvd, true)
+}
+
+// TestDifferentialSelf plays the same streams, text and meta, to two
+// memcacheds: they must agree, or a difference with kvd would mean nothing.
+// It checks the generator (no command whose reply depends on the moment it
+// is read) and the normalisations (CAS labels, time slack, me's masked
+// fields) without kvd.
+func TestDifferentialSelf(t *testing.T) {
+	needMemcached(t)
+	seeds := 2
+	if testing.Short() {
+		seeds = 1
+	}
+	mc := startMemcached(t, memcachedBin, differentialMemcachedArgs...)
+	other := diffTarget{name: "memcached#2", addr: startMemcached(t, memcachedBin, differentialMemcachedArgs...), memcached: true}
+	runSeeds(t, seeds, 400, mc, other, false)
+	runSeeds(t, seeds, 400, mc, other, true)
+}
+
+// diffTarget is the server compared with memcached: kvd, or a second
+// memcached when the harness checks itself.
+type diffTarget struct {
+	name, addr string
+	memcached  bool
 }
 
 // differentialMemcachedArgs start memcached without its background LRU
@@ -51,29 +83,36 @@ func TestDifferentialAgainstMemcached(t *testing.T) {
 var differentialMemcachedArgs = []string{"-o", "no_lru_crawler,no_lru_maintainer"}
 
 // runSeeds runs the seeds the environment asks for, or seeds 1 to seeds of
-// steps each.
-func runSeeds(t *testing.T, seeds, steps int, mcAddr, kvdAddr string) {
+// steps each: text streams, or with meta, streams with meta commands.
+func runSeeds(t *testing.T, seeds, steps int, mcAddr string, other diffTarget, meta bool) {
 	seeds, steps = envInt(t, "KVD_DIFF_SEEDS", seeds), envInt(t, "KVD_DIFF_STEPS", steps)
 	histN := envInt(t, "KVD_DIFF_HISTORY", 12)
 	first := uint64(envInt(t, "KVD_DIFF_FIRST_SEED", 1))
 	for seed := first; seed < first+uint64(seeds); seed++ {
-		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
-			runDifferential(t, seed, steps, histN, mcAddr, kvdAddr)
+		name := fmt.Sprintf("seed%d", seed)
+		if meta {
+			name = "meta_" + name
+		}
+		t.Run(name, func(t *testing.T) {
+			runDifferential(t, seed, steps, histN, mcAddr, other, meta)
 		})
 	}
 }
 
 // TestDifferentialClusterFollower plays seeds 1 and 2 (300 commands each;
 // the same variables as above change that) through a follower of a 3-node
-// cluster: every write is forwarded to the leader and every read waits for
-// ReadIndex, and the replies must still be memcached's.
+// cluster, and seed 1 with meta commands: every write is forwarded to the
+// leader and every read waits for ReadIndex, and the replies must still be
+// memcached's.
 func TestDifferentialClusterFollower(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
 	}
 	needMemcached(t)
 	mc := startMemcached(t, memcachedBin, differentialMemcachedArgs...)
-	runSeeds(t, 2, 300, mc, clusterFollower(t).MemcacheAddr)
+	follower := diffTarget{name: "kvd", addr: clusterFollower(t).MemcacheAddr}
+	runSeeds(t, 2, 300, mc, follower, false)
+	runSeeds(t, 1, 300, mc, follower, true)
 }
 
 func envInt(t *testing.T, name string, def int) int {
@@ -110,6 +149,9 @@ type diffSide struct {
 	// they were first seen, and back.
 	toLabel   map[string]string
 	fromLabel map[string]string
+	// oldMetaDebug: this side is memcached 1.6.18, whose me prints exp=
+	// negated (metaDebugLine).
+	oldMetaDebug bool
 }
 
 // diffCmd is one generated command. A cas command's unique is rendered per
@@ -168,11 +210,14 @@ type diffStep struct {
 	mcOut, kvdOut string
 }
 
-func runDifferential(t *testing.T, seed uint64, steps, histN int, mcAddr, kvdAddr string) {
-	g := &diffGen{r: rand.New(rand.NewPCG(seed, 0x6b7664)), prefix: fmt.Sprintf("d%d_", seed)}
+func runDifferential(t *testing.T, seed uint64, steps, histN int, mcAddr string, other diffTarget, meta bool) {
+	g := &diffGen{r: rand.New(rand.NewPCG(seed, 0x6b7664)), prefix: fmt.Sprintf("d%d_", seed), meta: meta}
+	if meta {
+		g.prefix = fmt.Sprintf("m%d_", seed) // the text seed's items are not this one's
+	}
 	sides := []*diffSide{
-		{name: "memcached", addr: mcAddr, toLabel: map[string]string{}, fromLabel: map[string]string{}},
-		{name: "kvd", addr: kvdAddr, toLabel: map[string]string{}, fromLabel: map[string]string{}},
+		{name: "memcached", addr: mcAddr, toLabel: map[string]string{}, fromLabel: map[string]string{}, oldMetaDebug: true},
+		{name: other.name, addr: other.addr, toLabel: map[string]string{}, fromLabel: map[string]string{}, oldMetaDebug: other.memcached},
 	}
 	for _, s := range sides {
 		defer func() {
@@ -191,10 +236,10 @@ func runDifferential(t *testing.T, seed uint64, steps, histN int, mcAddr, kvdAdd
 		from := max(0, len(history)-histN)
 		for j := from; j < len(history); j++ {
 			h := history[j]
-			fmt.Fprintf(&b, "  step %d: %s\n    memcached: %s\n    kvd:       %s\n", j, h.cmd, abbrev(h.mcOut), abbrev(h.kvdOut))
+			fmt.Fprintf(&b, "  step %d: %s\n    %-11s %s\n    %-11s %s\n", j, h.cmd, sides[0].name+":", abbrev(h.mcOut), sides[1].name+":", abbrev(h.kvdOut))
 		}
-		t.Fatalf("seed %d step %d: %s\nrecent steps (reproduce with KVD_DIFF_FIRST_SEED=%d KVD_DIFF_SEEDS=1):\n%s",
-			seed, i, fmt.Sprintf(format, args...), seed, b.String())
+		t.Fatalf("seed %d step %d: %s\nrecent steps (reproduce with -run '%s' KVD_DIFF_FIRST_SEED=%d KVD_DIFF_SEEDS=1):\n%s",
+			seed, i, fmt.Sprintf(format, args...), t.Name(), seed, b.String())
 	}
 	for i := 0; i < steps; i++ {
 		cmd := diffBatch{g.next()}
@@ -229,7 +274,7 @@ func runDifferential(t *testing.T, seed uint64, steps, histN int, mcAddr, kvdAdd
 				fail(i, "%s: %v", sides[k].name, err)
 			}
 		}
-		if outs[0] != outs[1] && outs[0] == nonNumeric && isCounterReply(outs[1]) {
+		if !sameReplies(outs[0], outs[1]) && outs[0] == nonNumeric && (isCounterReply(outs[1]) || isMetaArithHit(outs[1])) {
 			// counterFault: memcached 1.6.18 now and then calls a
 			// numeric counter non-numeric (seed 228, step 422 of a
 			// 1,000-step run: a 20-digit value stored by set and read
@@ -245,7 +290,7 @@ func runDifferential(t *testing.T, seed uint64, steps, histN int, mcAddr, kvdAdd
 				return
 			}
 		}
-		if outs[0] != outs[1] {
+		if !sameReplies(outs[0], outs[1]) {
 			fail(i, "replies differ")
 		}
 		g.casSeen = len(sides[0].fromLabel)
@@ -257,7 +302,7 @@ func runDifferential(t *testing.T, seed uint64, steps, histN int, mcAddr, kvdAdd
 	for _, name := range comparedCounters {
 		mc, kv := after[0][name]-before[0][name], after[1][name]-before[1][name]
 		if mc != kv {
-			diffs = append(diffs, fmt.Sprintf("%s: memcached +%d, kvd +%d", name, mc, kv))
+			diffs = append(diffs, fmt.Sprintf("%s: %s +%d, %s +%d", name, sides[0].name, mc, sides[1].name, kv))
 		}
 	}
 	if len(diffs) > 0 {
@@ -317,14 +362,20 @@ func badGet(c diffCmd) bool {
 	return slices.ContainsFunc(f[1:], func(k string) bool { return len(k) > 250 })
 }
 
-// isArith tells whether c is an incr or decr.
+// isArith tells whether c is an incr, a decr or an ma.
 func isArith(c diffCmd) bool {
-	return strings.HasPrefix(c.pre, "incr ") || strings.HasPrefix(c.pre, "decr ")
+	return strings.HasPrefix(c.pre, "incr ") || strings.HasPrefix(c.pre, "decr ") || strings.HasPrefix(c.pre, "ma ")
 }
 
 // isHTTP tells whether c is the HTTP request line on which both servers
 // close the connection.
 func isHTTP(c diffCmd) bool { return strings.Contains(c.pre, " HTTP/") }
+
+// isMetaArithHit tells whether out is an ma's success (HD, or VA and the
+// number).
+func isMetaArithHit(out string) bool {
+	return out == "HD\r\n" || strings.HasPrefix(out, "HD ") || strings.HasPrefix(out, "VA ")
+}
 
 // isCounterReply tells whether out is an incr/decr result line.
 func isCounterReply(out string) bool {
@@ -387,9 +438,99 @@ func (s *diffSide) exchange(cmd, prefix string) (string, error) {
 	return s.labelCas(out), nil
 }
 
-// labelCas replaces the fifth field of every VALUE line (a gets/gats CAS
-// unique) with its label, skipping each value's data block.
+// labelCas replaces every CAS unique in a reply with its label: the fifth
+// field of a VALUE line (gets, gats), a meta reply's c<unique> token (mg, ms,
+// ma) and me's cas=<unique>. The uniques differ between servers by design
+// (kvd's are log indexes), so they are compared by the pattern in which they
+// appear. c0, which 1.6.18's ms prints for a store that failed, is no unique
+// and stays as it is. The same pass masks what me reports that must differ
+// (see metaDebugLine).
 func (s *diffSide) labelCas(out string) string {
+	return walkReply(out, func(line string) string {
+		f := strings.Split(line, " ")
+		switch {
+		case f[0] == "VALUE" && len(f) == 5:
+			f[4] = s.label(f[4])
+		case f[0] == "VA" && len(f) >= 2:
+			s.labelMetaFlags(f[2:])
+		case metaStatus[f[0]]:
+			s.labelMetaFlags(f[1:])
+		case f[0] == "ME" && len(f) >= 3:
+			s.metaDebugLine(f[2:])
+		}
+		return strings.Join(f, " ")
+	})
+}
+
+// label returns the label of the CAS unique u on this side, giving it the
+// next one if it is new.
+func (s *diffSide) label(u string) string {
+	l, ok := s.toLabel[u]
+	if !ok {
+		l = fmt.Sprintf("cas#%d", len(s.toLabel)+1)
+		s.toLabel[u] = l
+		s.fromLabel[l] = u
+	}
+	return l
+}
+
+// metaStatus are the meta replies' status codes that may carry flags.
+var metaStatus = map[string]bool{"HD": true, "EN": true, "NS": true, "EX": true, "NF": true}
+
+// labelMetaFlags labels the c<unique> among a meta reply's flag tokens.
+func (s *diffSide) labelMetaFlags(toks []string) {
+	for i, tok := range toks {
+		if len(tok) > 1 && tok[0] == 'c' && tok != "c0" && isDigits(tok[1:]) {
+			toks[i] = "c" + s.label(tok[1:])
+		}
+	}
+}
+
+// metaDebugLine normalises the fields of an `me` reply after its key:
+//   - cas= is labelled like every unique;
+//   - cls= and size= are masked: they are memcached's slab class and its
+//     item's size in memory with its header (ITEM_ntotal), which depend on
+//     its allocator; kvd has no slabs, and no comparison of them could hold;
+//   - exp= of memcached 1.6.18 is negated: it prints now minus the expiry
+//     time (so -100 for an item with 100 seconds left), which newer
+//     memcached fixed to the time left; kvd prints the time left, as newer
+//     memcached does (meta spec). -1, no expiry, is the same in both.
+func (s *diffSide) metaDebugLine(fields []string) {
+	for i, fl := range fields {
+		k, v, ok := strings.Cut(fl, "=")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "cas":
+			if v != "0" && isDigits(v) {
+				fields[i] = "cas=" + s.label(v)
+			}
+		case "cls", "size":
+			fields[i] = k + "=*"
+		case "exp":
+			if n, err := strconv.Atoi(v); err == nil && s.oldMetaDebug && n != -1 {
+				fields[i] = "exp=" + strconv.Itoa(-n)
+			}
+		}
+	}
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// walkReply rewrites every line of a reply with fn, except the data blocks
+// that VALUE and VA lines announce, which it copies as they are.
+func walkReply(out string, fn func(line string) string) string {
 	var b strings.Builder
 	for len(out) > 0 {
 		line, rest, ok := strings.Cut(out, "\r\n")
@@ -397,28 +538,103 @@ func (s *diffSide) labelCas(out string) string {
 			b.WriteString(out)
 			break
 		}
-		f := strings.Split(line, " ")
-		if f[0] == "VALUE" && len(f) >= 4 {
-			if len(f) == 5 {
-				l, ok := s.toLabel[f[4]]
-				if !ok {
-					l = fmt.Sprintf("cas#%d", len(s.toLabel)+1)
-					s.toLabel[f[4]] = l
-					s.fromLabel[l] = f[4]
-				}
-				f[4] = l
-			}
-			b.WriteString(strings.Join(f, " ") + "\r\n")
-			if n, err := strconv.Atoi(f[3]); err == nil && n >= 0 && n+2 <= len(rest) {
-				b.WriteString(rest[:n+2])
-				rest = rest[n+2:]
-			}
-		} else {
-			b.WriteString(line + "\r\n")
+		b.WriteString(fn(line) + "\r\n")
+		if n, ok := dataLen(line); ok && n+2 <= len(rest) {
+			b.WriteString(rest[:n+2])
+			rest = rest[n+2:]
 		}
 		out = rest
 	}
 	return b.String()
+}
+
+// dataLen is the length of the data block that the reply line announces.
+func dataLen(line string) (int, bool) {
+	f := strings.Split(line, " ")
+	var n string
+	switch {
+	case f[0] == "VALUE" && len(f) >= 4:
+		n = f[3]
+	case f[0] == "VA" && len(f) >= 2:
+		n = f[1]
+	default:
+		return 0, false
+	}
+	v, err := strconv.Atoi(n)
+	return v, err == nil && v >= 0
+}
+
+// timeSlack is how far apart, in seconds, the two servers' reports of a
+// time may be: a TTL left (mg and ma's t, me's exp) or a time since the
+// last access (mg's l, me's la). Each server counts them on its own clock,
+// which ticks whole seconds at its own moment, and answers the same command
+// a little earlier or later than the other (through a follower, after a
+// Raft round trip): a second apart is ordinary. Not a timing threshold: it
+// compares two reports of the same item, whatever the machine's load.
+const timeSlack = 3
+
+// splitTimes takes the times out of a (labelled) reply: the t and l tokens
+// of meta replies and me's exp= and la=, each replaced by a "~" and
+// returned in order.
+func splitTimes(out string) (string, []int) {
+	var times []int
+	skel := walkReply(out, func(line string) string {
+		f := strings.Split(line, " ")
+		from := 0
+		switch {
+		case f[0] == "VA":
+			from = 2
+		case metaStatus[f[0]]:
+			from = 1
+		case f[0] == "ME":
+			from = 2
+		default:
+			return line
+		}
+		for i := from; i < len(f); i++ {
+			var name, v string
+			if f[0] == "ME" {
+				k, val, _ := strings.Cut(f[i], "=")
+				if k != "exp" && k != "la" {
+					continue
+				}
+				name, v = k+"=", val
+			} else {
+				if f[i] == "" || (f[i][0] != 't' && f[i][0] != 'l') {
+					continue
+				}
+				name, v = f[i][:1], f[i][1:]
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				continue
+			}
+			times = append(times, n)
+			f[i] = name + "~"
+		}
+		return strings.Join(f, " ")
+	})
+	return skel, times
+}
+
+// sameReplies compares two labelled replies byte for byte, except the
+// times splitTimes takes out, which may be timeSlack apart; -1 (no expiry)
+// must be -1 in both.
+func sameReplies(a, b string) bool {
+	if a == b {
+		return true
+	}
+	sa, ta := splitTimes(a)
+	sb, tb := splitTimes(b)
+	if sa != sb || len(ta) != len(tb) {
+		return false
+	}
+	for i := range ta {
+		if (ta[i] == -1) != (tb[i] == -1) || ta[i]-tb[i] > timeSlack || tb[i]-ta[i] > timeSlack {
+			return false
+		}
+	}
+	return true
 }
 
 // diffGen draws commands. Keys come from a small pool so that commands act
@@ -431,6 +647,10 @@ type diffGen struct {
 	// casSeen counts the CAS uniques seen so far, labelled cas#1…cas#N in
 	// the order they appeared.
 	casSeen int
+	// meta: about half the commands drawn are meta commands (metaNext).
+	// Off, next draws exactly the random numbers it always drew, so that a
+	// text seed replays as it did before meta commands were added.
+	meta bool
 }
 
 func (g *diffGen) pick(xs ...string) string { return xs[g.r.IntN(len(xs))] }
@@ -553,6 +773,9 @@ func (g *diffGen) block(v string) (length, data string) {
 }
 
 func (g *diffGen) next() diffCmd {
+	if g.meta && g.chance(0.5) {
+		return g.metaNext()
+	}
 	plain := func(s string) diffCmd { return diffCmd{pre: s} }
 	switch n := g.r.IntN(1000); {
 	case n < 330:
