@@ -213,6 +213,10 @@ func (o Op) String() string {
 type KeyCAS struct {
 	Key []byte
 	CAS uint64
+	// StoredAt (OpAccess only) is the version's stamp too: a CAS alone
+	// does not name a version when a client chooses CAS values (meta's
+	// E), or when md's x keeps the CAS of the value it removes.
+	StoredAt int64
 }
 
 // Command is one replicated operation. Which fields matter depends on Op;
@@ -375,6 +379,9 @@ func Encode(dst []byte, c *Command) ([]byte, error) {
 		for _, kc := range list {
 			dst = appendBytes(dst, kc.Key)
 			dst = binary.BigEndian.AppendUint64(dst, kc.CAS)
+			if c.Op == OpAccess {
+				dst = binary.BigEndian.AppendUint64(dst, uint64(kc.StoredAt))
+			}
 		}
 	case OpMetaStore:
 		mode := c.Mode
@@ -553,8 +560,11 @@ func Decode(data []byte, c *Command) error {
 		}
 		list := make([]KeyCAS, 0, min(n, uint64(len(d.b))))
 		for i := uint64(0); i < n && d.err == nil; i++ {
-			k := d.key()
-			list = append(list, KeyCAS{Key: k, CAS: d.u64()})
+			kc := KeyCAS{Key: d.key(), CAS: d.u64()}
+			if c.Op == OpAccess {
+				kc.StoredAt = int64(d.u64())
+			}
+			list = append(list, kc)
 		}
 		if c.Op == OpAccess {
 			c.Accessed = list

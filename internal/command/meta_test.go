@@ -27,7 +27,7 @@ var metaCases = []Command{
 	{Op: OpMetaArith, ReqID: 41, Key: []byte("n"), Delta: 1},
 	{Op: OpMetaArith, ReqID: 42, Key: []byte("n"), Delta: 1<<64 - 1, Meta: MetaHasCAS | MetaHasNewCAS | MetaHasTTL | MetaVivify | MetaDecr,
 		CAS: 1, NewCAS: 2, Exptime: -5, Vivify: 2592001, Initial: 1<<64 - 1},
-	{Op: OpAccess, ReqID: 43, Accessed: []KeyCAS{{Key: []byte("x"), CAS: 5}, {Key: []byte("y"), CAS: 6}}},
+	{Op: OpAccess, ReqID: 43, Accessed: []KeyCAS{{Key: []byte("x"), CAS: 5, StoredAt: 1_800_000_000_000_000_007}, {Key: []byte("y"), CAS: 6}}},
 	{Op: OpAccess, ReqID: 44, Accessed: []KeyCAS{}},
 }
 

@@ -844,7 +844,7 @@ func (f *FSM) applyAccess(b *pebble.Batch, st *applyState, c *command.Command) (
 		if err != nil {
 			return command.Result{}, err
 		}
-		next, ok := accessRule(&old, exists, kc.CAS, st.flush, c.Stamp)
+		next, ok := accessRule(&old, exists, kc, st.flush, c.Stamp)
 		if !ok {
 			continue
 		}

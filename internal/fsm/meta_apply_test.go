@@ -46,7 +46,7 @@ func TestMetaStateSurvivesSnapshotAndReopen(t *testing.T) {
 	require.Equal(t, "v-read", string(res.Item.Value))
 	require.False(t, res.Item.Fetched)
 	require.Equal(t, command.StatusOK, a.do(command.Command{Op: command.OpAccess, Stamp: t0 + 7,
-		Accessed: []command.KeyCAS{{Key: []byte("accessed"), CAS: 3}}}).Status)
+		Accessed: []command.KeyCAS{{Key: []byte("accessed"), CAS: 3, StoredAt: t0}}}).Status)
 	res = a.do(command.Command{Op: command.OpMetaGet, Key: []byte("vivified"), Meta: command.MetaVivify, Vivify: 30})
 	require.True(t, res.Created && res.Won)
 
@@ -116,7 +116,7 @@ func TestAccessThroughApply(t *testing.T) {
 
 	later := t0 + 2e9
 	a.do(command.Command{Op: command.OpAccess, Stamp: later, Accessed: []command.KeyCAS{
-		{Key: []byte("a"), CAS: 1}, {Key: []byte("b"), CAS: 1}, {Key: []byte("gone"), CAS: 3}, {Key: []byte("missing"), CAS: 9},
+		{Key: []byte("a"), CAS: 1, StoredAt: t0}, {Key: []byte("b"), CAS: 1, StoredAt: t0}, {Key: []byte("gone"), CAS: 3, StoredAt: t0}, {Key: []byte("missing"), CAS: 9, StoredAt: t0},
 	}})
 	after := f.Stats()
 	require.Equal(t, before.Items, after.Items)
@@ -131,7 +131,7 @@ func TestAccessThroughApply(t *testing.T) {
 
 	// One batch: a set of a, then an access naming the CAS a had before.
 	res, err := f.Apply([]Entry{a.entry(set(command.OpSet, "a", "new")), a.entry(command.Command{Op: command.OpAccess,
-		Accessed: []command.KeyCAS{{Key: []byte("a"), CAS: 1}, {Key: []byte("b"), CAS: 2}, {Key: []byte("b"), CAS: 2}}})})
+		Accessed: []command.KeyCAS{{Key: []byte("a"), CAS: 1, StoredAt: t0}, {Key: []byte("b"), CAS: 2, StoredAt: t0}, {Key: []byte("b"), CAS: 2, StoredAt: t0}}})})
 	require.NoError(t, err)
 	require.Equal(t, command.StatusOK, res[1].Status)
 	require.False(t, getItem(t, f, "a").Fetched)

@@ -241,12 +241,12 @@ func metaGetRule(c *command.Command, old *command.Item, exists, live bool, index
 }
 
 // accessRule says what an OpAccess does to old, stored under a key a node
-// read with the CAS it saw: that version, if it is still visible at the
+// read with the CAS and stored stamp it saw: that version, if it is still visible at the
 // entry's time, becomes fetched and accessed at the entry's stamp; any
 // other is left alone (ok false), as is one already marked so. next's
 // Value is old's.
-func accessRule(old *command.Item, exists bool, sawCAS uint64, h horizons, stampNs int64) (next command.Item, ok bool) {
-	if !exists || old.CAS != sawCAS || !visible(old, h, stampNs) {
+func accessRule(old *command.Item, exists bool, saw command.KeyCAS, h horizons, stampNs int64) (next command.Item, ok bool) {
+	if !exists || old.CAS != saw.CAS || old.StoredAt != saw.StoredAt || !visible(old, h, stampNs) {
 		return command.Item{}, false
 	}
 	if old.Fetched && old.AccessedAt == stampNs {

@@ -366,17 +366,23 @@ func TestAccessRule(t *testing.T) {
 		cas    uint64
 		h      horizons
 		ok     bool
+		stored int64 // the version's stamp as read; 0: live's
 	}{
-		{"as read", live, true, 40, horizons{}, true},
-		{"changed since", live, true, 41, horizons{}, false},
-		{"deleted since", command.Item{}, false, 40, horizons{}, false},
-		{"expired", gone, true, 40, horizons{}, false},
-		{"hidden by a passed flush_all", live, true, 40, horizons{at: t0 - 5e9}, false},
-		{"already marked at this stamp", marked, true, 40, horizons{}, false},
-		{"marked before", earlier, true, 40, horizons{}, true},
+		{"as read", live, true, 40, horizons{}, true, 0},
+		{"same CAS, stored since (md x, E)", live, true, 40, horizons{}, false, live.StoredAt - 1},
+		{"changed since", live, true, 41, horizons{}, false, 0},
+		{"deleted since", command.Item{}, false, 40, horizons{}, false, 0},
+		{"expired", gone, true, 40, horizons{}, false, 0},
+		{"hidden by a passed flush_all", live, true, 40, horizons{at: t0 - 5e9}, false, 0},
+		{"already marked at this stamp", marked, true, 40, horizons{}, false, 0},
+		{"marked before", earlier, true, 40, horizons{}, true, 0},
 	} {
 		old := tc.old
-		next, ok := accessRule(&old, tc.exists, tc.cas, tc.h, t0)
+		stored := tc.stored
+		if stored == 0 {
+			stored = live.StoredAt
+		}
+		next, ok := accessRule(&old, tc.exists, command.KeyCAS{CAS: tc.cas, StoredAt: stored}, tc.h, t0)
 		require.Equal(t, tc.ok, ok, tc.name)
 		if ok {
 			want := tc.old

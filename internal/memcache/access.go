@@ -26,7 +26,7 @@ import (
 type accessMarks struct {
 	kv      KV
 	mu      sync.Mutex
-	pending map[string]uint64 // key → CAS seen
+	pending map[string]command.KeyCAS // key → the version read
 	timer   *time.Timer
 	// sendMu orders proposals; last is the newest proposed, which Flush
 	// waits for too: a batch taken by the timer just before a Flush must
@@ -61,17 +61,17 @@ func wantsAccessMark(it *command.Item, now time.Time) bool {
 	return now.UnixNano()-at >= int64(accessInterval)
 }
 
-// note records a read of key at version cas.
-func (a *accessMarks) note(key []byte, cas uint64) {
+// note records a read of key's version it.
+func (a *accessMarks) note(key []byte, it *command.Item) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.pending == nil {
-		a.pending = make(map[string]uint64)
+		a.pending = make(map[string]command.KeyCAS)
 	}
 	if len(a.pending) >= accessMax {
 		return // dropped: a batch is full and on its way
 	}
-	a.pending[string(key)] = cas
+	a.pending[string(key)] = command.KeyCAS{CAS: it.CAS, StoredAt: it.StoredAt}
 	if len(a.pending) >= accessMax {
 		go a.flushAsync()
 		return
@@ -103,8 +103,9 @@ func (a *accessMarks) propose(ctx context.Context) <-chan struct{} {
 		return nil
 	}
 	cmd := &command.Command{Op: command.OpAccess, Accessed: make([]command.KeyCAS, 0, len(batch))}
-	for k, cas := range batch {
-		cmd.Accessed = append(cmd.Accessed, command.KeyCAS{Key: []byte(k), CAS: cas})
+	for k, kc := range batch {
+		kc.Key = []byte(k)
+		cmd.Accessed = append(cmd.Accessed, kc)
 	}
 	call, err := a.kv.Submit(ctx, cmd)
 	if err != nil {

@@ -57,7 +57,7 @@ func (ss *session) metaGet(req *mcproto.Request) *mcserver.Reply {
 	st.count(req.Op, ResultHit, 1)
 	now := time.Now()
 	if !m.Has('u') && wantsAccessMark(&it, now) {
-		ss.s.access.note(key, it.CAS)
+		ss.s.access.note(key, &it)
 	}
 	r := metaItemReply(&it, now, m.Has('v'))
 	r.TokenSent = it.TokenSent

@@ -426,7 +426,7 @@ func (ss *session) get(req *mcproto.Request) *mcserver.Reply {
 		st.GetHits.Add(1)
 		st.count(req.Op, ResultHit, 1)
 		if wantsAccessMark(&it, now) {
-			ss.s.access.note(k, it.CAS)
+			ss.s.access.note(k, &it)
 		}
 		buf = enc.AppendHit(buf, e, k, it.Flags, it.Value, it.CAS)
 	}
