@@ -146,18 +146,27 @@ const (
 	MetaNoBump
 	// MetaDecr: ma decrements.
 	MetaDecr
+	// memcached applies an mg's or ma's flags in the order the client
+	// wrote them. MetaVivifyLast: N came after T, so a created item takes
+	// N's expiry rather than T's. MetaRecacheAfterTTL: R came after T, so
+	// it judges the expiry T has just set.
+	MetaVivifyLast
+	MetaRecacheAfterTTL
+	// MetaKeyBinary: the ms came with a base64 key (b); the item keeps the
+	// mark, which decides how k returns its key.
+	MetaKeyBinary
 
 	// metaKnown is every bit above: Decode rejects any other.
-	metaKnown = MetaDecr<<1 - 1
+	metaKnown = MetaKeyBinary<<1 - 1
 )
 
 // metaBits is which MetaFlags each meta op carries; Encode writes only
 // those, and Decode rejects any other as corrupt.
 var metaBits = map[Op]MetaFlags{
-	OpMetaGet:    MetaHasTTL | MetaVivify | MetaRecache | MetaHasNewCAS | MetaWantValue | MetaNoBump,
-	OpMetaStore:  MetaHasCAS | MetaHasNewCAS | MetaInvalidate,
+	OpMetaGet:    MetaHasTTL | MetaVivify | MetaRecache | MetaHasNewCAS | MetaWantValue | MetaNoBump | MetaVivifyLast | MetaRecacheAfterTTL,
+	OpMetaStore:  MetaHasCAS | MetaHasNewCAS | MetaInvalidate | MetaKeyBinary,
 	OpMetaDelete: MetaHasCAS | MetaHasNewCAS | MetaHasTTL | MetaInvalidate | MetaRemoveValue,
-	OpMetaArith:  MetaHasCAS | MetaHasNewCAS | MetaHasTTL | MetaVivify | MetaDecr,
+	OpMetaArith:  MetaHasCAS | MetaHasNewCAS | MetaHasTTL | MetaVivify | MetaDecr | MetaVivifyLast,
 }
 
 // Meta store modes (OpMetaStore's Mode), as ms's M token names them.

@@ -68,6 +68,10 @@ type Result struct {
 	// no other request had (meta's W). HadToken: another request had won
 	// it before (Z).
 	Won, HadToken bool
+	// PrevExpiresAt (OpMetaGet, OpMetaArith) is the item's expiry before
+	// the command (0: none, or the item was created): what a t written
+	// before the request's T reports.
+	PrevExpiresAt int64
 }
 
 // Item is one stored value as clients see it: what a read returns and what
@@ -95,6 +99,9 @@ type Item struct {
 	AccessedAt int64
 	Stale      bool
 	TokenSent  bool
+	// KeyBinary: an ms with b stored it, so meta's k returns its key in
+	// base64 (memcached keeps the same mark).
+	KeyBinary bool
 }
 
 // ExpirySec is the first whole Unix second at which the item is gone (0:

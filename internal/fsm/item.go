@@ -12,7 +12,7 @@ import (
 // relative exptime count from the current second, so an item could go up
 // to a second early (as in memcached); version 2 keeps it in nanoseconds.
 // Version 3 adds the meta protocol's item state (command.Item's Fetched,
-// AccessedAt, Stale and TokenSent) after version 2's header.
+// AccessedAt, Stale, TokenSent and KeyBinary) after version 2's header.
 //
 // All three are read; version 3 is written only for an item whose meta
 // state is not all zero, and version 2 for every other. Only the meta
@@ -37,12 +37,13 @@ const (
 	itemFetched   = 1 << 0
 	itemStale     = 1 << 1
 	itemTokenSent = 1 << 2
-	itemMetaKnown = itemFetched | itemStale | itemTokenSent
+	itemKeyBinary = 1 << 3
+	itemMetaKnown = itemFetched | itemStale | itemTokenSent | itemKeyBinary
 )
 
 // hasMeta reports whether it has meta state, which only version 3 holds.
 func hasMeta(it *command.Item) bool {
-	return it.Fetched || it.AccessedAt != 0 || it.Stale || it.TokenSent
+	return it.Fetched || it.AccessedAt != 0 || it.Stale || it.TokenSent || it.KeyBinary
 }
 
 func encodeItem(dst []byte, it *command.Item) []byte {
@@ -66,6 +67,9 @@ func encodeItem(dst []byte, it *command.Item) []byte {
 		}
 		if it.TokenSent {
 			bits |= itemTokenSent
+		}
+		if it.KeyBinary {
+			bits |= itemKeyBinary
 		}
 		dst = append(dst, bits)
 		dst = binary.BigEndian.AppendUint64(dst, uint64(it.AccessedAt))
@@ -101,6 +105,7 @@ func decodeItem(b []byte, it *command.Item) error {
 		it.Fetched = bits&itemFetched != 0
 		it.Stale = bits&itemStale != 0
 		it.TokenSent = bits&itemTokenSent != 0
+		it.KeyBinary = bits&itemKeyBinary != 0
 		it.AccessedAt = int64(binary.BigEndian.Uint64(b[itemHeaderLen+1:]))
 	}
 	return nil

@@ -34,7 +34,8 @@ func notStored(s command.Status) (command.Item, verdict, command.Result) {
 // stale, keeping the item's expiry and its token state. Add ignores C;
 // append and prepend check it unless it is 0.
 func metaStoreRule(c *command.Command, old *command.Item, exists, live bool, index uint64) (command.Item, verdict, command.Result) {
-	next := command.Item{Flags: c.Flags, ExpiresAt: expiryOf(c.Exptime, c.Stamp), CAS: newCAS(c, index), StoredAt: c.Stamp, Value: c.Value}
+	next := command.Item{Flags: c.Flags, ExpiresAt: expiryOf(c.Exptime, c.Stamp), CAS: newCAS(c, index), StoredAt: c.Stamp, Value: c.Value,
+		KeyBinary: c.Meta&command.MetaKeyBinary != 0}
 	hasCAS := c.Meta&command.MetaHasCAS != 0
 	mode := c.Mode
 	if mode == 0 {
@@ -78,7 +79,8 @@ func metaStoreRule(c *command.Command, old *command.Item, exists, live bool, ind
 			val = append(append(val, c.Value...), old.Value...)
 		}
 		// A new item with the old one's flags and expiry, as append makes.
-		next.Flags, next.ExpiresAt, next.Value = old.Flags, old.ExpiresAt, val
+		// A new item, as memcached allocates one: no base64 mark.
+		next.Flags, next.ExpiresAt, next.Value, next.KeyBinary = old.Flags, old.ExpiresAt, val, false
 	default:
 		return notStored(command.StatusInvalid) // Decode admits no other mode
 	}
@@ -138,7 +140,7 @@ func metaArithRule(c *command.Command, old *command.Item, exists, live bool, ind
 		if c.Meta&command.MetaVivify == 0 {
 			return notStored(command.StatusNotFound)
 		}
-		next := command.Item{ExpiresAt: expiryOf(c.Vivify, c.Stamp), CAS: newCAS(c, index), StoredAt: c.Stamp, Value: formatCounter(c.Initial, 0)}
+		next := command.Item{ExpiresAt: createdExpiry(c), CAS: newCAS(c, index), StoredAt: c.Stamp, Value: formatCounter(c.Initial, 0)}
 		v := putOrDrop(&next, exists, c.Stamp)
 		res := command.Result{Status: command.StatusValue, Value: c.Initial, Created: true,
 			Item: command.Item{ExpiresAt: next.ExpiresAt, CAS: next.CAS}}
@@ -169,7 +171,7 @@ func metaArithRule(c *command.Command, old *command.Item, exists, live bool, ind
 	}
 	v := putOrDrop(&next, exists, c.Stamp)
 	res := command.Result{Status: command.StatusValue, Value: n, Grew: len(next.Value) > len(old.Value),
-		Item: command.Item{Flags: next.Flags, ExpiresAt: next.ExpiresAt, CAS: next.CAS}}
+		Item: command.Item{Flags: next.Flags, ExpiresAt: next.ExpiresAt, CAS: next.CAS}, PrevExpiresAt: old.ExpiresAt}
 	if v == put {
 		res.CAS = next.CAS
 	}
@@ -194,7 +196,7 @@ func metaGetRule(c *command.Command, old *command.Item, exists, live bool, index
 		if c.Meta&command.MetaVivify == 0 {
 			return notStored(command.StatusNotFound)
 		}
-		next := command.Item{ExpiresAt: expiryOf(c.Vivify, c.Stamp), CAS: newCAS(c, index), StoredAt: c.Stamp, Value: []byte{}, TokenSent: true}
+		next := command.Item{ExpiresAt: createdExpiry(c), CAS: newCAS(c, index), StoredAt: c.Stamp, Value: []byte{}, TokenSent: true}
 		res := command.Result{Status: command.StatusHit, Item: next, Created: true, Won: true}
 		if !wantValue {
 			res.Item.Value = nil
@@ -210,8 +212,12 @@ func metaGetRule(c *command.Command, old *command.Item, exists, live bool, index
 		next.ExpiresAt = expiryOf(c.Exptime, c.Stamp)
 	}
 	won := false
-	if c.Meta&command.MetaRecache != 0 && !old.TokenSent && old.ExpiresAt != 0 {
-		if at := expiryOf(c.Recache, c.Stamp); at != 0 && old.ExpiresAt < at {
+	judged := old.ExpiresAt // R judges the expiry as of its place among the flags
+	if c.Meta&command.MetaRecacheAfterTTL != 0 {
+		judged = next.ExpiresAt
+	}
+	if c.Meta&command.MetaRecache != 0 && !old.TokenSent && judged != 0 {
+		if at := expiryOf(c.Recache, c.Stamp); at != 0 && judged < at {
 			won = true
 		}
 	}
@@ -221,7 +227,7 @@ func metaGetRule(c *command.Command, old *command.Item, exists, live bool, index
 	if won {
 		next.TokenSent = true
 	}
-	res := command.Result{Status: command.StatusHit, Item: next, Won: won, HadToken: old.TokenSent}
+	res := command.Result{Status: command.StatusHit, Item: next, Won: won, HadToken: old.TokenSent, PrevExpiresAt: old.ExpiresAt}
 	if bump {
 		next.Fetched, next.AccessedAt = true, c.Stamp
 	}
@@ -255,4 +261,13 @@ func accessRule(old *command.Item, exists bool, saw command.KeyCAS, h horizons, 
 	next = *old
 	next.Fetched, next.AccessedAt = true, stampNs
 	return next, true
+}
+
+// createdExpiry is the expiry of an item an mg or ma creates (N): memcached
+// applies T and N in the client's order, so with both the later one wins.
+func createdExpiry(c *command.Command) int64 {
+	if c.Meta&command.MetaHasTTL != 0 && c.Meta&command.MetaVivifyLast == 0 {
+		return expiryOf(c.Exptime, c.Stamp)
+	}
+	return expiryOf(c.Vivify, c.Stamp)
 }

@@ -57,6 +57,26 @@ type MetaEcho struct {
 	Base64 bool
 }
 
+// FlagIndex is the position among e's flag tokens of the first that
+// starts with flag, or -1.
+func (e *MetaEcho) FlagIndex(flag byte) int {
+	b, n := e.Flags, 0
+	for len(b) > 0 {
+		if b[0] == flag {
+			return n
+		}
+		i := 0
+		for i < len(b) && b[i] != ' ' {
+			i++
+		}
+		for i < len(b) && b[i] == ' ' {
+			i++
+		}
+		b, n = b[i:], n+1
+	}
+	return -1
+}
+
 // HasFlag reports whether one of e's flag tokens starts with flag.
 func (e *MetaEcho) HasFlag(flag byte) bool {
 	b := e.Flags
@@ -106,6 +126,12 @@ type MetaReply struct {
 	// answers even under q, which hides only the reply of an item that
 	// was there.
 	Created bool
+	// Ordered: the request had T or N, which memcached applies at their
+	// place among the flags, so a t reports TTLBefore (the item's before
+	// the request, -1 for none) before them, TTLSet after T, and
+	// TTLVivify after N when N created the item.
+	Ordered                      bool
+	TTLBefore, TTLSet, TTLVivify int64
 	// Size is mg's s, the value's length in bytes, and me's size, the
 	// bytes the item takes.
 	Size int

@@ -61,7 +61,7 @@ func (ss *session) metaGet(req *mcproto.Request) *mcserver.Reply {
 	}
 	r := metaItemReply(&it, now, m.Has('v'))
 	r.TokenSent = it.TokenSent
-	return c.Budgeted(ss.menc.AppendMeta(nil, e, &r))
+	return c.Budgeted(ss.menc.AppendMeta(nil, keyAsStored(e, &it), &r))
 }
 
 // metaGetLogged answers an mg that may change its item, through the log.
@@ -85,6 +85,7 @@ func (ss *session) metaGetLogged(req *mcproto.Request) *mcserver.Reply {
 		cmd.Meta |= command.MetaHasNewCAS
 		cmd.NewCAS = m.NewCAS
 	}
+	cmd.Meta |= flagOrder(e.Meta)
 	if m.Has('v') || m.Has('s') {
 		// s is the value's length: the result must carry the value.
 		cmd.Meta |= command.MetaWantValue
@@ -92,36 +93,92 @@ func (ss *session) metaGetLogged(req *mcproto.Request) *mcserver.Reply {
 	if m.Has('u') {
 		cmd.Meta |= command.MetaNoBump
 	}
-	if touching {
-		st.CmdTouch.Add(1)
-	} else {
-		st.CmdGet.Add(1)
-	}
 	want := m.Has('v')
 	return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
 		switch r.Status {
 		case command.StatusHit:
+			// memcached counts an mg with T as a touch, but only when it
+			// finds the item: a miss is a get's.
 			if touching {
+				st.CmdTouch.Add(1)
 				st.TouchHits.Add(1)
 			} else {
+				st.CmdGet.Add(1)
 				st.GetHits.Add(1)
 			}
 			if r.Created {
 				st.TotalItems.Add(1)
 			}
-			mr := metaItemReply(&r.Item, time.Now(), want)
-			mr.Won, mr.TokenSent = r.Won, r.HadToken
-			return ss.menc.AppendMeta(dst, e, &mr)
+			now := time.Now()
+			mr := metaItemReply(&r.Item, now, want)
+			mr.Won, mr.TokenSent, mr.Created = r.Won, r.HadToken, r.Created
+			orderedTTL(&mr, m, &r, now)
+			return ss.menc.AppendMeta(dst, keyAsStored(e, &r.Item), &mr)
 		case command.StatusNotFound:
-			if touching {
-				st.TouchMisses.Add(1)
-			} else {
-				st.GetMisses.Add(1)
-			}
+			st.CmdGet.Add(1)
+			st.GetMisses.Add(1)
 			return ss.menc.AppendMeta(dst, e, &mcproto.MetaReply{Status: mcproto.StatusNotFound})
 		}
 		return ss.unexpected(dst, e, r)
 	})
+}
+
+// flagOrder is the order of an mg's or ma's T, N and R, which memcached
+// applies as it meets them.
+func flagOrder(e *mcproto.MetaEcho) command.MetaFlags {
+	var f command.MetaFlags
+	t, n, r := e.FlagIndex('T'), e.FlagIndex('N'), e.FlagIndex('R')
+	if t >= 0 && n > t {
+		f |= command.MetaVivifyLast
+	}
+	if t >= 0 && r > t {
+		f |= command.MetaRecacheAfterTTL
+	}
+	return f
+}
+
+// orderedTTL gives r what a t reports at each place among the flags of a
+// request with T or N (see mcproto.MetaReply.Ordered).
+func orderedTTL(r *mcproto.MetaReply, m *mcproto.MetaFlags, res *command.Result, now time.Time) {
+	if !m.Has('T') && !m.Has('N') {
+		return
+	}
+	r.Ordered = true
+	r.TTLBefore = -1
+	if !res.Created && res.PrevExpiresAt != 0 {
+		r.TTLBefore = remainingTTL(&command.Item{ExpiresAt: res.PrevExpiresAt}, now)
+	}
+	r.TTLSet, r.TTLVivify = exptimeTTL(m.TTL, now), exptimeTTL(m.Vivify, now)
+}
+
+// exptimeTTL is the seconds an exptime as memcached reads it leaves an item
+// set now: -1 for none (0), the value itself when relative, the distance
+// to an absolute time; 0 for one already past.
+func exptimeTTL(exptime int64, now time.Time) int64 {
+	const maxRelative = 60 * 60 * 24 * 30
+	switch {
+	case exptime == 0:
+		return -1
+	case exptime < 0:
+		return 0
+	case exptime <= maxRelative:
+		return exptime
+	default:
+		return max(exptime-now.Unix(), 0)
+	}
+}
+
+// keyAsStored is e with the key to be returned as the item was stored:
+// memcached returns a found item's key (mg's k, me) in base64 when an ms
+// with b stored it, and as it is otherwise, whatever the request sent.
+func keyAsStored(e mcproto.Echo, it *command.Item) mcproto.Echo {
+	if e.Meta == nil || e.Meta.Base64 == it.KeyBinary {
+		return e
+	}
+	m := *e.Meta
+	m.Base64 = it.KeyBinary
+	e.Meta = &m
+	return e
 }
 
 // metaItemReply is an item as mg reports it at now.
@@ -191,6 +248,9 @@ func (ss *session) metaSet(req *mcproto.Request) *mcserver.Reply {
 	}
 	if m.Has('I') {
 		cmd.Meta |= command.MetaInvalidate
+	}
+	if e.Meta.Base64 {
+		cmd.Meta |= command.MetaKeyBinary
 	}
 	// A compare in set or replace mode is memcached's cas command.
 	isCAS := m.Has('C') && (mode == command.ModeSet || mode == command.ModeReplace)
@@ -293,6 +353,7 @@ func (ss *session) metaArith(req *mcproto.Request) *mcserver.Reply {
 		cmd.Meta |= command.MetaVivify
 		cmd.Vivify = m.Vivify
 	}
+	cmd.Meta |= flagOrder(e.Meta) &^ command.MetaRecacheAfterTTL // ma has no R
 	return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
 		reply := mcproto.MetaReply{}
 		switch r.Status {
@@ -305,8 +366,10 @@ func (ss *session) metaArith(req *mcproto.Request) *mcserver.Reply {
 			if r.Grew {
 				st.TotalItems.Add(1)
 			}
+			now := time.Now()
 			reply = mcproto.MetaReply{Status: mcproto.StatusHit, Flags: r.Item.Flags, CAS: r.CAS,
-				TTL: remainingTTL(&r.Item, time.Now()), Value: strconv.AppendUint(nil, r.Value, 10), Created: r.Created}
+				TTL: remainingTTL(&r.Item, now), Value: strconv.AppendUint(nil, r.Value, 10), Created: r.Created}
+			orderedTTL(&reply, m, &r, now)
 		case command.StatusNotFound:
 			misses.Add(1)
 			reply.Status = mcproto.StatusNotFound
@@ -348,7 +411,7 @@ func (ss *session) metaDebug(req *mcproto.Request) *mcserver.Reply {
 	st.count(req.Op, ResultHit, 1)
 	r := metaItemReply(&it, time.Now(), false)
 	r.Size = itemSize(key, &it)
-	return mcserver.Final(ss.menc.AppendMeta(nil, e, &r))
+	return mcserver.Final(ss.menc.AppendMeta(nil, keyAsStored(e, &it), &r))
 }
 
 // itemSize is what me reports as an item's size: memcached's item header

@@ -197,10 +197,12 @@ func (ss *session) touch(req *mcproto.Request) *mcserver.Reply {
 	st, enc, e := ss.s.stats, ss.enc, req.Echo
 	st.CmdTouch.Add(1)
 	cmd := &command.Command{Op: command.OpTouch, Key: req.Keys[0], Exptime: req.Exptime}
+	key := append([]byte(nil), req.Keys[0]...) // the render runs after the codec moved on
 	return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
 		switch r.Status {
 		case command.StatusTouched:
 			st.TouchHits.Add(1)
+			ss.s.access.note(key, &r.Item) // memcached's touch bumps the item: h1
 			return enc.AppendHit(dst, e, nil, r.Item.Flags, nil, r.Item.CAS)
 		case command.StatusNotFound:
 			st.TouchMisses.Add(1)
@@ -581,6 +583,9 @@ func (g *gatReply) chunk(keys [][]byte, last bool) (rp *mcserver.Reply, done <-c
 			}
 			st.TouchHits.Add(1)
 			st.count(e.Op, ResultHit, 1)
+			if wantsAccessMark(&r.Item, time.Now()) {
+				ss.s.access.note(copies[i], &r.Item)
+			}
 			dst = enc.AppendHit(dst, e, copies[i], r.Item.Flags, r.Item.Value, r.Item.CAS)
 		}
 		// Published before done is closed, for the reader to size the

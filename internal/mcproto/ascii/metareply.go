@@ -196,6 +196,10 @@ func appendMetaDebug(dst []byte, me *mcproto.MetaEcho, r *mcproto.MetaReply) []b
 // appendMetaFlags walks the request's flag tokens in order and renders
 // those whose letter is in want, each after a space.
 func appendMetaFlags(dst []byte, want string, me *mcproto.MetaEcho, r *mcproto.MetaReply) []byte {
+	ttl := r.TTL
+	if r.Ordered {
+		ttl = r.TTLBefore
+	}
 	for rest := me.Flags; len(rest) > 0; {
 		i := 0
 		for i < len(rest) && rest[i] != ' ' {
@@ -203,6 +207,16 @@ func appendMetaFlags(dst []byte, want string, me *mcproto.MetaEcho, r *mcproto.M
 		}
 		tok := rest[:i]
 		rest = rest[min(i+1, len(rest)):]
+		if len(tok) > 0 && r.Ordered {
+			// T and N take effect where they stand: a t after them
+			// reports them.
+			switch {
+			case tok[0] == 'T':
+				ttl = r.TTLSet
+			case tok[0] == 'N' && r.Created:
+				ttl = r.TTLVivify
+			}
+		}
 		if len(tok) == 0 || strings.IndexByte(want, tok[0]) < 0 {
 			continue
 		}
@@ -224,7 +238,7 @@ func appendMetaFlags(dst []byte, want string, me *mcproto.MetaEcho, r *mcproto.M
 			dst = strconv.AppendInt(dst, int64(r.Size), 10)
 		case 't':
 			dst = append(dst, " t"...)
-			dst = strconv.AppendInt(dst, r.TTL, 10)
+			dst = strconv.AppendInt(dst, ttl, 10)
 		case 'f':
 			dst = append(dst, " f"...)
 			dst = strconv.AppendUint(dst, uint64(r.Flags), 10)
