@@ -66,7 +66,9 @@ func (ss *session) metaGet(req *mcproto.Request) *mcserver.Reply {
 
 // metaGetLogged answers an mg that may change its item, through the log.
 func (ss *session) metaGetLogged(req *mcproto.Request) *mcserver.Reply {
-	m, st, e := &req.Meta, ss.s.stats, req.Echo
+	// A copy: the render runs after the codec has reused req.
+	meta := req.Meta
+	m, st, e := &meta, ss.s.stats, req.Echo
 	touching := m.Has('T')
 	cmd := &command.Command{Op: command.OpMetaGet, Key: req.Keys[0]}
 	if touching {
@@ -329,7 +331,9 @@ func (ss *session) metaDelete(req *mcproto.Request) *mcserver.Reply {
 
 // metaArith answers ma.
 func (ss *session) metaArith(req *mcproto.Request) *mcserver.Reply {
-	m, st, e := &req.Meta, ss.s.stats, req.Echo
+	// A copy: the render runs after the codec has reused req.
+	meta := req.Meta
+	m, st, e := &meta, ss.s.stats, req.Echo
 	decr := m.Mode == 'D' || m.Mode == '-'
 	hits, misses := &st.IncrHits, &st.IncrMisses
 	cmd := &command.Command{Op: command.OpMetaArith, Key: req.Keys[0], Delta: m.Delta, Initial: m.Initial}
