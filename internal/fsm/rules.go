@@ -124,6 +124,7 @@ func itemRule(c *command.Command, old *command.Item, exists bool, h horizons, in
 		}
 		next.Flags, next.ExpiresAt = old.Flags, old.ExpiresAt
 		next.Value = formatCounter(n, len(old.Value))
+		inPlace(&next, old)
 		return next, putOrDrop(&next, exists, c.Stamp), command.Result{Status: command.StatusValue, Value: n, Grew: len(next.Value) > len(old.Value), CAS: index}
 	case command.OpTouch, command.OpGAT:
 		if !live {
@@ -200,4 +201,17 @@ func visible(it *command.Item, h horizons, nowNs int64) bool {
 		return false
 	}
 	return h.at == 0 || nowNs < h.at || it.StoredAt >= h.at
+}
+
+// inPlace keeps old's meta state (read, stale, token, base64 key) in next,
+// the counter incr or decr made of it, when the number still fits: memcached
+// then rewrites the item in place, and only a number that outgrows it is a
+// new item. (Only the meta writes of cluster version 5 set that state, so
+// for every item before, this keeps nothing.)
+func inPlace(next, old *command.Item) {
+	if len(next.Value) > len(old.Value) {
+		return
+	}
+	next.Fetched, next.AccessedAt, next.Stale, next.TokenSent, next.KeyBinary =
+		old.Fetched, old.AccessedAt, old.Stale, old.TokenSent, old.KeyBinary
 }

@@ -78,16 +78,15 @@ func metaStoreRule(c *command.Command, old *command.Item, exists, live bool, ind
 		} else {
 			val = append(append(val, c.Value...), old.Value...)
 		}
-		// A new item with the old one's flags and expiry, as append makes.
-		// A new item, as memcached allocates one: no base64 mark.
+		// A new item with the old one's flags and expiry, as append makes,
+		// and, as memcached allocates one, no base64 mark.
 		next.Flags, next.ExpiresAt, next.Value, next.KeyBinary = old.Flags, old.ExpiresAt, val, false
 	default:
 		return notStored(command.StatusInvalid) // Decode admits no other mode
 	}
-	res := command.Result{Status: command.StatusStored}
-	if visible(&next, horizons{}, c.Stamp) {
-		res.CAS = next.CAS
-	}
+	// The CAS the item took, even when its expiry has already passed and
+	// nothing is kept: ms's c shows it, as memcached's does.
+	res := command.Result{Status: command.StatusStored, CAS: next.CAS}
 	return next, putOrDrop(&next, exists, c.Stamp), res
 }
 
@@ -166,6 +165,7 @@ func metaArithRule(c *command.Command, old *command.Item, exists, live bool, ind
 	}
 	next := command.Item{Flags: old.Flags, ExpiresAt: old.ExpiresAt, CAS: newCAS(c, index), StoredAt: c.Stamp,
 		Value: formatCounter(n, len(old.Value))}
+	inPlace(&next, old)
 	if c.Meta&command.MetaHasTTL != 0 {
 		next.ExpiresAt = expiryOf(c.Exptime, c.Stamp)
 	}

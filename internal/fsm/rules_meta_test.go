@@ -125,7 +125,7 @@ func TestMetaRules(t *testing.T) {
 		stored("10", stale, tokenSent, fetched), put,
 		command.Item{Flags: 3, ExpiresAt: t0 + 30e9, CAS: index, StoredAt: t0, Value: []byte("xy")}, storedAs(index))
 	add("ms E chooses the CAS", cmd(command.OpMetaStore, newCASIs(7)), stored("10"), put, fresh(7, "xy"), storedAs(7))
-	add("ms already expired drops the item", cmd(command.OpMetaStore, exptime(-1)), stored("10"), drop, none, stat(command.StatusStored))
+	add("ms already expired drops the item", cmd(command.OpMetaStore, exptime(-1)), stored("10"), drop, none, storedAs(index)) // c shows the CAS it took, as memcached
 	// ms, CAS mode (C with set or replace).
 	add("ms C miss", cmd(command.OpMetaStore, casIs(40)), nil, leave, none, stat(command.StatusNotFound))
 	add("ms C over an expired item", cmd(command.OpMetaStore, casIs(40)), stored("10", expired), leave, none, stat(command.StatusNotFound))
@@ -203,7 +203,16 @@ func TestMetaRules(t *testing.T) {
 	// ma.
 	next, res := counter(15, "15")
 	add("ma incr hit", cmd(command.OpMetaArith, delta(5)), stored("10"), put, next, res)
-	add("ma leaves no meta state", cmd(command.OpMetaArith, delta(5)), stored("10", stale, tokenSent, fetched), put, next, res)
+	// In place, as memcached rewrites a number that still fits.
+	marked := stored("10", stale, tokenSent, fetched)
+	kept := next
+	kept.Fetched, kept.AccessedAt, kept.Stale, kept.TokenSent = marked.Fetched, marked.AccessedAt, marked.Stale, marked.TokenSent
+	add("ma in place keeps the meta state", cmd(command.OpMetaArith, delta(5)), marked, put, kept, res)
+	grown := stored("99", stale, tokenSent, fetched)
+	add("ma outgrowing the item drops it", cmd(command.OpMetaArith, delta(1)), grown, put,
+		command.Item{Flags: 7, ExpiresAt: t0 + 60e9, CAS: index, StoredAt: t0, Value: []byte("100")},
+		command.Result{Status: command.StatusValue, Value: 100, Grew: true, CAS: index,
+			Item: command.Item{Flags: 7, ExpiresAt: t0 + 60e9, CAS: index}, PrevExpiresAt: t0 + 60e9})
 	add("ma with C match", cmd(command.OpMetaArith, delta(5), casIs(40)), stored("10"), put, next, res)
 	add("ma with C0 checks nothing", cmd(command.OpMetaArith, delta(5), casIs(0)), stored("10"), put, next, res)
 	add("ma with C mismatch", cmd(command.OpMetaArith, delta(5), casIs(41)), stored("10"), leave, none, stat(command.StatusExists))

@@ -120,6 +120,10 @@ func (a *accessMarks) propose(ctx context.Context) <-chan struct{} {
 	return done
 }
 
+// Send proposes the pending notes without waiting: a log write submitted
+// after it, from the same goroutine, is applied after them.
+func (a *accessMarks) Send(ctx context.Context) { a.propose(ctx) }
+
 // Flush proposes the pending notes and waits until they are applied, so a
 // read after it sees them. Errors are dropped marks, not failed reads.
 func (a *accessMarks) Flush(ctx context.Context) {

@@ -15,7 +15,7 @@ import (
 // must start with setupWant), then one request repeated, each answered in
 // replyLen bytes, the first of which must start with want.
 func pipelined(b *testing.B, setup []byte, setupReply int, setupWant, request []byte, replyLen int, want []byte) {
-	n := startNode(b)
+	n := startMetaNode(b) // the meta benchmarks need cluster version 5
 	nc, err := net.Dial("tcp", n.MemcacheAddr())
 	require.NoError(b, err)
 	defer nc.Close()
@@ -90,4 +90,16 @@ func BenchmarkPipelinedSet(b *testing.B) {
 
 func BenchmarkPipelinedSetBinary(b *testing.B) {
 	pipelined(b, nil, 0, nil, binaryPacket(0x01, []byte("k"), make([]byte, 8), []byte("hello")), 24, binarySuccess(0x01))
+}
+
+// BenchmarkPipelinedMetaGet and BenchmarkPipelinedMetaSet are
+// BenchmarkPipelinedGet and BenchmarkPipelinedSet in meta commands: mg
+// with v (a read, like get) and ms (a write through the log, like set).
+func BenchmarkPipelinedMetaGet(b *testing.B) {
+	reply := []byte("VA 5\r\nhello\r\n")
+	pipelined(b, []byte("ms k 5\r\nhello\r\n"), len("HD\r\n"), []byte("HD\r\n"), []byte("mg k v\r\n"), len(reply), reply)
+}
+
+func BenchmarkPipelinedMetaSet(b *testing.B) {
+	pipelined(b, nil, 0, nil, []byte("ms k 5\r\nhello\r\n"), len("HD\r\n"), []byte("HD\r\n"))
 }

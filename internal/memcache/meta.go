@@ -70,6 +70,11 @@ func (ss *session) metaGetLogged(req *mcproto.Request) *mcserver.Reply {
 	meta := req.Meta
 	m, st, e := &meta, ss.s.stats, req.Echo
 	touching := m.Has('T')
+	if m.Has('h') || m.Has('l') {
+		// This node's noted reads go first, in the log, so that this mg
+		// reports them (see accessMarks).
+		ss.s.access.Send(ss.c.Context())
+	}
 	cmd := &command.Command{Op: command.OpMetaGet, Key: req.Keys[0]}
 	if touching {
 		cmd.Meta |= command.MetaHasTTL
@@ -371,7 +376,9 @@ func (ss *session) metaArith(req *mcproto.Request) *mcserver.Reply {
 				st.TotalItems.Add(1)
 			}
 			now := time.Now()
-			reply = mcproto.MetaReply{Status: mcproto.StatusHit, Flags: r.Item.Flags, CAS: r.CAS,
+			// The item's CAS even when a T in the past expired it at once:
+			// memcached shows it.
+			reply = mcproto.MetaReply{Status: mcproto.StatusHit, Flags: r.Item.Flags, CAS: r.Item.CAS,
 				TTL: remainingTTL(&r.Item, now), Value: strconv.AppendUint(nil, r.Value, 10), Created: r.Created}
 			orderedTTL(&reply, m, &r, now)
 		case command.StatusNotFound:

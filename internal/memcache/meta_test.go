@@ -15,7 +15,7 @@ import (
 
 // startMetaNode is startNode once the cluster applies the meta writes
 // (cluster version 5), which a new node reaches moments after it is ready.
-func startMetaNode(t *testing.T) *node.Node {
+func startMetaNode(t testing.TB) *node.Node {
 	n := startNode(t)
 	require.Eventually(t, func() bool {
 		resp, err := http.Get("http://" + n.HTTPAddr() + "/v1/version")

@@ -617,6 +617,17 @@ func splitTimes(out string) (string, []int) {
 	return skel, times
 }
 
+// pastTTL reads a time left that memcached printed for an item this very
+// request expired (a T in the past): its exptime less its clock, negative,
+// written as an unsigned 32-bit number, which depends on how long memcached
+// has been up. kvd prints 0; both mean "already gone".
+func pastTTL(v int) int {
+	if v >= 1<<31 {
+		return 0
+	}
+	return v
+}
+
 // sameReplies compares two labelled replies byte for byte, except the
 // times splitTimes takes out, which may be timeSlack apart; -1 (no expiry)
 // must be -1 in both.
@@ -630,6 +641,7 @@ func sameReplies(a, b string) bool {
 		return false
 	}
 	for i := range ta {
+		ta[i], tb[i] = pastTTL(ta[i]), pastTTL(tb[i])
 		if (ta[i] == -1) != (tb[i] == -1) || ta[i]-tb[i] > timeSlack || tb[i]-ta[i] > timeSlack {
 			return false
 		}
