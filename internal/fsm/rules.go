@@ -108,6 +108,10 @@ func itemRule(c *command.Command, old *command.Item, exists bool, h horizons, in
 			}
 			return command.Item{}, leave, command.Result{Status: command.StatusNotFound}
 		}
+		if len(old.Value) == 0 {
+			// memcached refuses an empty value before it compares the CAS.
+			return command.Item{}, leave, command.Result{Status: command.StatusNonNumeric}
+		}
 		if c.Op == command.OpArith && c.CAS != 0 && old.CAS != c.CAS {
 			return command.Item{}, leave, command.Result{Status: command.StatusExists}
 		}

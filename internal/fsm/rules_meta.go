@@ -148,6 +148,10 @@ func metaArithRule(c *command.Command, old *command.Item, exists, live bool, ind
 		}
 		return next, v, res
 	}
+	if len(old.Value) == 0 {
+		// memcached refuses an empty value before it compares the CAS.
+		return notStored(command.StatusNonNumeric)
+	}
 	if c.Meta&command.MetaHasCAS != 0 && c.CAS != 0 && c.CAS != old.CAS {
 		return notStored(command.StatusExists)
 	}

@@ -216,6 +216,7 @@ func TestMetaRules(t *testing.T) {
 	add("ma with C match", cmd(command.OpMetaArith, delta(5), casIs(40)), stored("10"), put, next, res)
 	add("ma with C0 checks nothing", cmd(command.OpMetaArith, delta(5), casIs(0)), stored("10"), put, next, res)
 	add("ma with C mismatch", cmd(command.OpMetaArith, delta(5), casIs(41)), stored("10"), leave, none, stat(command.StatusExists))
+	add("ma of an empty value: non-numeric before C", cmd(command.OpMetaArith, delta(5), casIs(41)), stored(""), leave, none, stat(command.StatusNonNumeric))
 	next, res = counter(9, "9 ")
 	add("ma decr", cmd(command.OpMetaArith, delta(1), decr), stored("10"), put, next, res)
 	next, res = counter(0, "0 ")

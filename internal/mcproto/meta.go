@@ -78,23 +78,7 @@ func (e *MetaEcho) FlagIndex(flag byte) int {
 }
 
 // HasFlag reports whether one of e's flag tokens starts with flag.
-func (e *MetaEcho) HasFlag(flag byte) bool {
-	b := e.Flags
-	for len(b) > 0 {
-		if b[0] == flag {
-			return true
-		}
-		i := 0
-		for i < len(b) && b[i] != ' ' {
-			i++
-		}
-		for i < len(b) && b[i] == ' ' {
-			i++
-		}
-		b = b[i:]
-	}
-	return false
-}
+func (e *MetaEcho) HasFlag(flag byte) bool { return e.FlagIndex(flag) >= 0 }
 
 // MetaReply is what a meta command's reply is rendered from.
 type MetaReply struct {

@@ -3,6 +3,7 @@ package memcache
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvd-project/kvd/internal/command"
@@ -27,6 +28,8 @@ type accessMarks struct {
 	kv      KV
 	mu      sync.Mutex
 	pending map[string]command.KeyCAS // key → the version read
+	// waiting is len(pending), for Send's fast path on every write.
+	waiting atomic.Int32
 	timer   *time.Timer
 	// sendMu orders proposals; last is the newest proposed, which Flush
 	// waits for too: a batch taken by the timer just before a Flush must
@@ -72,6 +75,7 @@ func (a *accessMarks) note(key []byte, it *command.Item) {
 		return // dropped: a batch is full and on its way
 	}
 	a.pending[string(key)] = command.KeyCAS{CAS: it.CAS, StoredAt: it.StoredAt}
+	a.waiting.Store(int32(len(a.pending)))
 	if len(a.pending) >= accessMax {
 		go a.flushAsync()
 		return
@@ -94,6 +98,7 @@ func (a *accessMarks) propose(ctx context.Context) <-chan struct{} {
 	a.mu.Lock()
 	batch := a.pending
 	a.pending = nil
+	a.waiting.Store(0)
 	if a.timer != nil {
 		a.timer.Stop()
 		a.timer = nil
@@ -121,8 +126,16 @@ func (a *accessMarks) propose(ctx context.Context) <-chan struct{} {
 }
 
 // Send proposes the pending notes without waiting: a log write submitted
-// after it, from the same goroutine, is applied after them.
-func (a *accessMarks) Send(ctx context.Context) { a.propose(ctx) }
+// after it, from the same goroutine, is applied after them. Every write
+// calls it first: a write changes its item's CAS, and a note applied after
+// it would find another version and mark nothing, where memcached, which
+// keeps an incremented or touched item's read mark, says h1.
+func (a *accessMarks) Send(ctx context.Context) {
+	if a.waiting.Load() == 0 {
+		return // one atomic load per write when nothing was noted
+	}
+	a.propose(ctx)
+}
 
 // Flush proposes the pending notes and waits until they are applied, so a
 // read after it sees them. Errors are dropped marks, not failed reads.

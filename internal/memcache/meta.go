@@ -75,23 +75,7 @@ func (ss *session) metaGetLogged(req *mcproto.Request) *mcserver.Reply {
 		// reports them (see accessMarks).
 		ss.s.access.Send(ss.c.Context())
 	}
-	cmd := &command.Command{Op: command.OpMetaGet, Key: req.Keys[0]}
-	if touching {
-		cmd.Meta |= command.MetaHasTTL
-		cmd.Exptime = m.TTL
-	}
-	if m.Has('N') {
-		cmd.Meta |= command.MetaVivify
-		cmd.Vivify = m.Vivify
-	}
-	if m.Has('R') {
-		cmd.Meta |= command.MetaRecache
-		cmd.Recache = m.Recache
-	}
-	if m.Has('E') {
-		cmd.Meta |= command.MetaHasNewCAS
-		cmd.NewCAS = m.NewCAS
-	}
+	cmd := metaCommand(command.OpMetaGet, req.Keys[0], m)
 	cmd.Meta |= flagOrder(e.Meta)
 	if m.Has('v') || m.Has('s') {
 		// s is the value's length: the result must carry the value.
@@ -128,6 +112,40 @@ func (ss *session) metaGetLogged(req *mcproto.Request) *mcserver.Reply {
 		}
 		return ss.unexpected(dst, e, r)
 	})
+}
+
+// metaCommand is the log command of a meta request's flags that change
+// an item: C, E, T, N, R, I and x, as their bits and fields. Each op's
+// encoding keeps only the bits it takes (command.Encode), so that a flag
+// memcached accepts and ignores on a command is ignored here too. (ms's T
+// is its plain expiry: Exptime, whose bit ms does not take.)
+func metaCommand(op command.Op, key []byte, m *mcproto.MetaFlags) *command.Command {
+	cmd := &command.Command{Op: op, Key: key}
+	set := func(flag byte, bit command.MetaFlags) bool {
+		if m.Has(flag) {
+			cmd.Meta |= bit
+			return true
+		}
+		return false
+	}
+	if set('C', command.MetaHasCAS) {
+		cmd.CAS = m.CompareCAS
+	}
+	if set('E', command.MetaHasNewCAS) {
+		cmd.NewCAS = m.NewCAS
+	}
+	if set('T', command.MetaHasTTL) {
+		cmd.Exptime = m.TTL
+	}
+	if set('N', command.MetaVivify) {
+		cmd.Vivify = m.Vivify
+	}
+	if set('R', command.MetaRecache) {
+		cmd.Recache = m.Recache
+	}
+	set('I', command.MetaInvalidate)
+	set('x', command.MetaRemoveValue)
+	return cmd
 }
 
 // flagOrder is the order of an mg's or ma's T, N and R, which memcached
@@ -240,22 +258,8 @@ func (ss *session) metaSet(req *mcproto.Request) *mcserver.Reply {
 	if mode == 0 {
 		mode = command.ModeSet
 	}
-	cmd := &command.Command{Op: command.OpMetaStore, Key: req.Keys[0], Value: req.Data,
-		Flags: m.ClientFlags, Mode: mode}
-	if m.Has('T') {
-		cmd.Exptime = m.TTL
-	}
-	if m.Has('C') {
-		cmd.Meta |= command.MetaHasCAS
-		cmd.CAS = m.CompareCAS
-	}
-	if m.Has('E') {
-		cmd.Meta |= command.MetaHasNewCAS
-		cmd.NewCAS = m.NewCAS
-	}
-	if m.Has('I') {
-		cmd.Meta |= command.MetaInvalidate
-	}
+	cmd := metaCommand(command.OpMetaStore, req.Keys[0], m)
+	cmd.Value, cmd.Flags, cmd.Mode = req.Data, m.ClientFlags, mode
 	if e.Meta.Base64 {
 		cmd.Meta |= command.MetaKeyBinary
 	}
@@ -290,27 +294,9 @@ func (ss *session) metaSet(req *mcproto.Request) *mcserver.Reply {
 // metaDelete answers md.
 func (ss *session) metaDelete(req *mcproto.Request) *mcserver.Reply {
 	m, st, e := &req.Meta, ss.s.stats, req.Echo
-	// F is the flags of the empty item x leaves, as newer memcached has it.
-	cmd := &command.Command{Op: command.OpMetaDelete, Key: req.Keys[0], Flags: m.ClientFlags}
-	if m.Has('C') {
-		cmd.Meta |= command.MetaHasCAS
-		cmd.CAS = m.CompareCAS
-	}
-	if m.Has('E') {
-		cmd.Meta |= command.MetaHasNewCAS
-		cmd.NewCAS = m.NewCAS
-	}
-	if m.Has('T') {
-		cmd.Meta |= command.MetaHasTTL
-		cmd.Exptime = m.TTL
-	}
+	cmd := metaCommand(command.OpMetaDelete, req.Keys[0], m)
+	cmd.Flags = m.ClientFlags // of the empty item x leaves, as newer memcached has it
 	invalidate := m.Has('I')
-	if invalidate {
-		cmd.Meta |= command.MetaInvalidate
-	}
-	if m.Has('x') {
-		cmd.Meta |= command.MetaRemoveValue
-	}
 	return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {
 		reply := mcproto.MetaReply{}
 		switch r.Status {
@@ -341,26 +327,11 @@ func (ss *session) metaArith(req *mcproto.Request) *mcserver.Reply {
 	m, st, e := &meta, ss.s.stats, req.Echo
 	decr := m.Mode == 'D' || m.Mode == '-'
 	hits, misses := &st.IncrHits, &st.IncrMisses
-	cmd := &command.Command{Op: command.OpMetaArith, Key: req.Keys[0], Delta: m.Delta, Initial: m.Initial}
+	cmd := metaCommand(command.OpMetaArith, req.Keys[0], m)
+	cmd.Delta, cmd.Initial = m.Delta, m.Initial
 	if decr {
 		hits, misses = &st.DecrHits, &st.DecrMisses
 		cmd.Meta |= command.MetaDecr
-	}
-	if m.Has('C') {
-		cmd.Meta |= command.MetaHasCAS
-		cmd.CAS = m.CompareCAS
-	}
-	if m.Has('E') {
-		cmd.Meta |= command.MetaHasNewCAS
-		cmd.NewCAS = m.NewCAS
-	}
-	if m.Has('T') {
-		cmd.Meta |= command.MetaHasTTL
-		cmd.Exptime = m.TTL
-	}
-	if m.Has('N') {
-		cmd.Meta |= command.MetaVivify
-		cmd.Vivify = m.Vivify
 	}
 	cmd.Meta |= flagOrder(e.Meta) &^ command.MetaRecacheAfterTTL // ma has no R
 	return ss.write(e, cmd, func(dst []byte, r command.Result) []byte {

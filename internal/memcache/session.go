@@ -274,8 +274,10 @@ func kindResult(k mcproto.ErrorKind) Result {
 	return ResultServerError
 }
 
-// submit proposes one command, keeping connection order.
+// submit proposes one command, keeping connection order, after the reads
+// this node noted (accessMarks.Send).
 func (ss *session) submit(cmd *command.Command) (*kv.Call, error) {
+	ss.s.access.Send(ss.c.Context())
 	return ss.s.kv.Submit(ss.c.Context(), cmd)
 }
 

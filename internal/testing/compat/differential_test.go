@@ -46,7 +46,9 @@ func TestDifferentialAgainstMemcached(t *testing.T) {
 		seeds = 2
 	}
 	mc := startMemcached(t, memcachedBin, differentialMemcachedArgs...)
-	kvd := diffTarget{name: "kvd", addr: kvdproc.Start(t, t.TempDir()).MemcacheAddr}
+	p := kvdproc.Start(t, t.TempDir())
+	p.WaitClusterVersion() // the meta writes need cluster version 5
+	kvd := diffTarget{name: "kvd", addr: p.MemcacheAddr}
 	runSeeds(t, seeds, 400, mc, kvd, false)
 	runSeeds(t, seeds, 400, mc, kvd, true)
 }
