@@ -38,14 +38,25 @@ type client struct {
 	h       *History
 	conns   map[*Node]mcClient
 	seq     int
-	// binary: this client speaks the binary protocol (every other client
-	// does), so that histories mix both protocols on the same keys.
-	binary bool
+	// proto is what this client speaks: the text protocol, binary or meta
+	// (by client id, in turn), so that histories mix the three on the same
+	// keys.
+	proto clientProto
 }
+
+// clientProto is a workload client's protocol.
+type clientProto uint8
+
+const (
+	protoText clientProto = iota
+	protoBinary
+	protoMeta
+	numProtos
+)
 
 func newClient(id int, pinned *Node, nodes []*Node, timeout time.Duration, seed uint64, h *History) *client {
 	return &client{id: id, pinned: pinned, nodes: nodes, timeout: timeout,
-		rng: rand.New(rand.NewPCG(seed, uint64(id))), h: h, conns: map[*Node]mcClient{}, binary: id%2 == 1}
+		rng: rand.New(rand.NewPCG(seed, uint64(id))), h: h, conns: map[*Node]mcClient{}, proto: clientProto(id % int(numProtos))}
 }
 
 func (c *client) close() {
@@ -83,9 +94,12 @@ func (c *client) exec(n *Node, key string, in Input) (Output, error) {
 	mc := c.conns[n]
 	if mc == nil {
 		var err error
-		if c.binary {
+		switch c.proto {
+		case protoBinary:
 			mc, err = dialBinary(n.MemcacheAddr, c.timeout)
-		} else {
+		case protoMeta:
+			mc, err = dialMeta(n.MemcacheAddr, c.timeout)
+		default:
 			mc, err = dialMC(n.MemcacheAddr, c.timeout)
 		}
 		if err != nil {
