@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -148,4 +149,33 @@ func atoi(t *testing.T, s string) int {
 		n = n*10 + int(r-'0')
 	}
 	return n
+}
+
+// TestMetaQuietPipelineIsBounded: a long pipeline of quiet misses answers
+// nothing but the mn that ends it, and holds no reply per request while it
+// is read: the heap grows by far less than the requests would take.
+func TestMetaQuietPipelineIsBounded(t *testing.T) {
+	n := startMetaNode(t)
+	c := dial(t, n.MemcacheAddr())
+	const requests = 200_000
+	line := "mg nothing-here-at-all q v k Oabcdefgh\r\n"
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	go func() {
+		chunk := strings.Repeat(line, 1000)
+		for range requests / 1000 {
+			if _, err := c.nc.Write([]byte(chunk)); err != nil {
+				return
+			}
+		}
+		_, _ = c.nc.Write([]byte("mn\r\n"))
+	}()
+	require.NoError(t, c.nc.SetReadDeadline(time.Now().Add(time.Minute)))
+	got, err := c.rw.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "MN\r\n", got, "a quiet miss answered")
+	runtime.ReadMemStats(&after)
+	grew := int64(after.HeapInuse) - int64(before.HeapInuse)
+	require.Less(t, grew, int64(requests*len(line)/4), "heap grew by %d bytes over %d quiet requests", grew, requests)
 }
