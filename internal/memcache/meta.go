@@ -55,13 +55,16 @@ func (ss *session) metaGet(req *mcproto.Request) *mcserver.Reply {
 	}
 	st.GetHits.Add(1)
 	st.count(req.Op, ResultHit, 1)
-	now := time.Now()
+	now := c.Now()
 	if !m.Has('u') && wantsAccessMark(&it, now) {
 		ss.s.access.note(key, &it)
 	}
-	r := metaItemReply(&it, now, m.Has('v'))
+	// The session's scratch reply: rendered here, on the reader goroutine,
+	// it need not cost an allocation per mg.
+	r := &ss.metaReply
+	*r = metaItemReply(&it, now, m.Has('v'))
 	r.TokenSent = it.TokenSent
-	return c.Budgeted(ss.menc.AppendMeta(nil, keyAsStored(e, &it), &r))
+	return c.Budgeted(ss.menc.AppendMeta(nil, keyAsStored(e, &it), r))
 }
 
 // metaGetLogged answers an mg that may change its item, through the log.

@@ -22,6 +22,9 @@ type session struct {
 	enc mcproto.Encoder
 	// menc is enc's meta rendering: the text protocol's codec has one.
 	menc mcproto.MetaEncoder
+	// metaReply is the reader goroutine's scratch for meta replies it
+	// renders itself (a read's; a write's render on the writer).
+	metaReply mcproto.MetaReply
 	// gatDone are the done channels of the last two gat chunks proposed on
 	// this connection, older first (see gat).
 	gatDone [2]<-chan struct{}
@@ -403,7 +406,7 @@ func (ss *session) get(req *mcproto.Request) *mcserver.Reply {
 		return mcserver.Final(ss.errorReply(nil, e, err))
 	}
 	var buf []byte
-	now := time.Now()
+	now := c.Now()
 	for _, k := range req.Keys {
 		if len(buf) >= mcserver.GetChunk {
 			c.Send(c.Budgeted(buf))

@@ -291,7 +291,16 @@ func newMetaEcho(flags [][]byte, key []byte, bin bool) *mcproto.MetaEcho {
 	for _, f := range flags {
 		n += len(f) + 1
 	}
-	buf := make([]byte, 0, n)
+	var buf []byte
+	var e *mcproto.MetaEcho
+	if n <= metaEchoInline {
+		// One allocation for the echo and its bytes: this runs for every
+		// meta request.
+		eb := new(metaEchoBuf)
+		buf, e = eb.b[:0:n], &eb.e
+	} else {
+		buf, e = make([]byte, 0, n), new(mcproto.MetaEcho)
+	}
 	for i, f := range flags {
 		if i > 0 {
 			buf = append(buf, ' ')
@@ -300,7 +309,18 @@ func newMetaEcho(flags [][]byte, key []byte, bin bool) *mcproto.MetaEcho {
 	}
 	nf := len(buf)
 	buf = append(buf, key...)
-	return &mcproto.MetaEcho{Flags: buf[:nf:nf], Key: buf[nf:], Base64: bin}
+	*e = mcproto.MetaEcho{Flags: buf[:nf:nf], Key: buf[nf:], Base64: bin}
+	return e
+}
+
+// metaEchoInline is how many bytes of flags and key an echo holds in its
+// own allocation: a key of 40 bytes and a dozen flags.
+const metaEchoInline = 64
+
+// metaEchoBuf is an echo with room for its bytes.
+type metaEchoBuf struct {
+	e mcproto.MetaEcho
+	b [metaEchoInline]byte
 }
 
 // b64Invalid marks a byte outside base64's alphabet in b64Values.
