@@ -356,6 +356,30 @@ func (c *Cluster) WaitReady(ctx context.Context, nodes ...*Node) error {
 	return nil
 }
 
+// WaitClusterVersion waits until every node has applied the cluster's move
+// to the highest version its binary applies (the leader raises it once
+// every member says it can, shortly after they are ready): below version
+// 5 the meta writes are refused with SERVER_ERROR, which would leave a
+// meta client's first writes of every run unknown outcomes.
+func (c *Cluster) WaitClusterVersion(ctx context.Context, within time.Duration) error {
+	for _, n := range c.Nodes {
+		var v struct {
+			Cur uint64 `json:"cluster_version"`
+			Max uint64 `json:"max_cluster_version"`
+		}
+		err := poll(ctx, within, n.Name+"'s cluster version at its highest", func() (bool, error) {
+			if err := c.getJSON(ctx, "http://"+n.HTTPAddr+"/v1/version", &v); err != nil {
+				return false, err
+			}
+			return v.Max > 0 && v.Cur == v.Max, nil
+		})
+		if err != nil {
+			return fmt.Errorf("%w (at %d of %d)", err, v.Cur, v.Max)
+		}
+	}
+	return nil
+}
+
 // Leader returns the node that every reachable, running node agrees leads,
 // polling until one does.
 func (c *Cluster) Leader(ctx context.Context, within time.Duration) (*Node, error) {

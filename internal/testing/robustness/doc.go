@@ -1,7 +1,7 @@
 // Package robustness owns kvd's fault-injection harness: it starts real kvd
 // processes (a 3-node cluster, sometimes a single node) on loopback, drives
-// memcache traffic at them from several sequential clients (every other
-// one speaks the binary protocol, binclient.go, the rest text), injects one
+// memcache traffic at them from several sequential clients (by id%3: text,
+// client.go; binary, binclient.go; or meta, metaclient.go), injects one
 // fault per run (SIGKILL, SIGSTOP, network partitions, delay, connection
 // resets), heals, and then checks three properties:
 //

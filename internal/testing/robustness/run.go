@@ -95,6 +95,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	for _, r := range cl.StartRetries {
 		cfg.Logf("cluster start retried after: %s", r)
 	}
+	if err := cl.WaitClusterVersion(ctx, 30*time.Second); err != nil {
+		res.fail("before traffic: %v", err)
+	}
 	h := newHistory()
 
 	// Traffic.

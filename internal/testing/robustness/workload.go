@@ -38,25 +38,28 @@ type client struct {
 	h       *History
 	conns   map[*Node]mcClient
 	seq     int
-	// proto is what this client speaks: the text protocol, binary or meta
-	// (by client id, in turn), so that histories mix the three on the same
-	// keys.
-	proto clientProto
+	// proto is the protocol this client speaks, by its id, so that
+	// histories mix the three on the same keys.
+	proto protocol
 }
 
-// clientProto is a workload client's protocol.
-type clientProto uint8
+// protocol is a memcache protocol a client speaks.
+type protocol int
 
 const (
-	protoText clientProto = iota
-	protoBinary
-	protoMeta
-	numProtos
+	protoText   protocol = iota // mcConn
+	protoBinary                 // binConn
+	protoMeta                   // metaConn
 )
+
+// protocolOf assigns protocols by client id: id%3 == 0 text, 1 binary,
+// 2 meta. The first clients are pinned one to a node, so in a 3-node run
+// each node has a pinned client of each protocol.
+func protocolOf(id int) protocol { return protocol(id % 3) }
 
 func newClient(id int, pinned *Node, nodes []*Node, timeout time.Duration, seed uint64, h *History) *client {
 	return &client{id: id, pinned: pinned, nodes: nodes, timeout: timeout,
-		rng: rand.New(rand.NewPCG(seed, uint64(id))), h: h, conns: map[*Node]mcClient{}, proto: clientProto(id % int(numProtos))}
+		rng: rand.New(rand.NewPCG(seed, uint64(id))), h: h, conns: map[*Node]mcClient{}, proto: protocolOf(id)}
 }
 
 func (c *client) close() {
@@ -90,19 +93,22 @@ func (c *client) do(n *Node, key string, in Input) (Output, error) {
 	return out, err
 }
 
+// dial opens a connection in the client's protocol.
+func (c *client) dial(addr string) (mcClient, error) {
+	switch c.proto {
+	case protoBinary:
+		return dialBinary(addr, c.timeout)
+	case protoMeta:
+		return dialMeta(addr, c.timeout, c.rng.Uint64())
+	}
+	return dialMC(addr, c.timeout)
+}
+
 func (c *client) exec(n *Node, key string, in Input) (Output, error) {
 	mc := c.conns[n]
 	if mc == nil {
 		var err error
-		switch c.proto {
-		case protoBinary:
-			mc, err = dialBinary(n.MemcacheAddr, c.timeout)
-		case protoMeta:
-			mc, err = dialMeta(n.MemcacheAddr, c.timeout)
-		default:
-			mc, err = dialMC(n.MemcacheAddr, c.timeout)
-		}
-		if err != nil {
+		if mc, err = c.dial(n.MemcacheAddr); err != nil {
 			return Output{}, err
 		}
 		c.conns[n] = mc
