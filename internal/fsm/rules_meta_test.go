@@ -226,7 +226,7 @@ func TestMetaRules(t *testing.T) {
 	add("ma grew", cmd(command.OpMetaArith, delta(1)), stored("99"), put, next, res)
 	next, res = counter(11, "11", func(it *command.Item) { it.ExpiresAt, it.CAS = t0+30e9, 6 })
 	add("ma with T and E", cmd(command.OpMetaArith, delta(1), ttl(30), newCASIs(6)), stored("10"), put, next, res)
-	next, res = counter(11, "11", func(it *command.Item) { it.ExpiresAt = 1 })
+	_, res = counter(11, "11", func(it *command.Item) { it.ExpiresAt = 1 })
 	res.CAS = 0
 	add("ma with a past T drops it", cmd(command.OpMetaArith, delta(1), ttl(-1)), stored("10"), drop, none, res)
 	add("ma non-numeric", cmd(command.OpMetaArith, delta(1)), stored("x1"), leave, none, stat(command.StatusNonNumeric))
