@@ -113,7 +113,9 @@ func metaDeleteRule(c *command.Command, old *command.Item, exists, live bool, in
 	}
 	var next command.Item
 	if removeValue {
-		next = command.Item{Flags: c.Flags, CAS: old.CAS, StoredAt: c.Stamp, Value: []byte{}}
+		// The old item's CAS, or E's (newer memcached's do_store_item of
+		// the empty item).
+		next = command.Item{Flags: c.Flags, CAS: newCAS(c, old.CAS), StoredAt: c.Stamp, Value: []byte{}}
 		if c.Meta&command.MetaHasTTL != 0 {
 			next.ExpiresAt = expiryOf(c.Exptime, c.Stamp)
 		}

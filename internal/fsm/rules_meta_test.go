@@ -191,13 +191,15 @@ func TestMetaRules(t *testing.T) {
 	add("md I with C match", cmd(command.OpMetaDelete, invalidate, casIs(40)), stored("10"), put,
 		command.Item{Flags: 7, ExpiresAt: later, CAS: index, StoredAt: t0 - 10e9, Value: []byte("10"), Stale: true}, deleted)
 	add("md I with a past T drops it", cmd(command.OpMetaDelete, invalidate, ttl(-1)), stored("10"), drop, none, deleted)
-	add("md x keeps an empty item, the old CAS, no expiry", cmd(command.OpMetaDelete, removeValue, newCASIs(5)),
+	add("md x keeps an empty item, the old CAS, no expiry", cmd(command.OpMetaDelete, removeValue),
 		stored("10", stale, tokenSent, fetched), put,
 		command.Item{CAS: 40, StoredAt: t0, Value: []byte{}}, deleted)
 	add("md x with T and client flags", cmd(command.OpMetaDelete, removeValue, ttl(30), flags(9)), stored("10"), put,
 		command.Item{Flags: 9, ExpiresAt: t0 + 30e9, CAS: 40, StoredAt: t0, Value: []byte{}}, deleted)
 	add("md x with I: a stale tombstone", cmd(command.OpMetaDelete, removeValue, invalidate, newCASIs(5)), stored("10", tokenSent), put,
 		command.Item{CAS: 5, StoredAt: t0, Value: []byte{}, Stale: true}, deleted)
+	add("md x with E takes E's CAS", cmd(command.OpMetaDelete, removeValue, newCASIs(77)), stored("10"), put,
+		command.Item{CAS: 77, StoredAt: t0, Value: []byte{}}, deleted)
 	add("md x miss", cmd(command.OpMetaDelete, removeValue), nil, leave, none, stat(command.StatusNotFound))
 
 	// ma.

@@ -139,6 +139,9 @@ func (s *Service) GuardSpace(g *SpaceGuard) { s.space.Store(g) }
 // Space is the free-space guard, nil when there is none.
 func (s *Service) Space() *SpaceGuard { return s.space.Load() }
 
+// ClusterVersion is the cluster version this node has applied.
+func (s *Service) ClusterVersion() uint64 { return s.store.ClusterVersion() }
+
 // Call is a submitted write. It counts against --max-pending until its
 // entry is applied (or its Wait gives up), waited for or not; a Call
 // nobody waits for still takes effect, and its result is lost.

@@ -120,9 +120,9 @@ type Conn struct {
 	addr    string
 	state   atomic.Uint32
 	lastCmd atomic.Int64
-	// reqAt is when the request being handled was read, since the
-	// listener started (see Now); the reader goroutine's own.
-	reqAt time.Duration
+	// reqNow is when the request being handled was read (see Now); the
+	// reader goroutine's own.
+	reqNow time.Time
 	// gotInput is set once the client has sent a byte; the reader's own.
 	gotInput bool
 }
@@ -267,8 +267,8 @@ func (c *Conn) readLoop() {
 		// The state stays conn_parse_cmd while Next decodes what is
 		// buffered; flushBeforeRead marks the wait for more bytes.
 		err := c.dec.Next(&req)
-		start := time.Since(started)
-		c.reqAt = start
+		c.reqNow = time.Now()
+		start := c.reqNow.Sub(started)
 		c.state.Store(stateParseCmd)
 		if sec := int64(start / time.Second); sec != c.lastCmd.Load() {
 			c.lastCmd.Store(sec) // at most once a second: loads are cheaper than stores
@@ -494,7 +494,7 @@ func (c *Conn) Encoder() mcproto.Encoder { return c.enc }
 // Now is when the request being handled was read, as the clock the
 // listener already read for its latency: a handler's coarse time
 // decisions need no clock read of their own. Reader goroutine only.
-func (c *Conn) Now() time.Time { return c.s.counters.Started.Add(c.reqAt) }
+func (c *Conn) Now() time.Time { return c.reqNow }
 
 // Context ends when the server shuts down for good: waits on writes give
 // up then.

@@ -28,9 +28,15 @@ type accessMarks struct {
 	kv      KV
 	mu      sync.Mutex
 	pending map[string]command.KeyCAS // key → the version read
-	// waiting is len(pending), for Send's fast path on every write.
-	waiting atomic.Int32
-	timer   *time.Timer
+	// bytes is the values' size of the pending notes: applying a mark
+	// rewrites its item, value and all, so a batch is bounded by it too.
+	bytes int
+	// waiting is len(pending), and inflight the batches taken and not yet
+	// submitted: Send's fast path on every write reads both, and waits
+	// for neither when both are 0.
+	waiting  atomic.Int32
+	inflight atomic.Int32
+	timer    *time.Timer
 	// sendMu orders proposals; last is the newest proposed, which Flush
 	// waits for too: a batch taken by the timer just before a Flush must
 	// be applied before the read that follows the Flush.
@@ -43,6 +49,13 @@ const (
 	accessDelay = 10 * time.Millisecond
 	// accessMax bounds a batch (and the notes held).
 	accessMax = 1024
+	// accessMaxBytes bounds the values a batch rewrites when it is applied
+	// (what memory one OpAccess entry costs every member).
+	accessMaxBytes = 1 << 20
+	// accessSubmitWait bounds how long a batch waits for room in the
+	// replica's queue, which a writer calling Send may be behind: marks
+	// are hints, and a full queue drops them rather than hold writes.
+	accessSubmitWait = 50 * time.Millisecond
 	// accessInterval: an item read again within it is not noted again
 	// (memcached bumps an item's access time at most once a minute too).
 	accessInterval = 60 * time.Second
@@ -66,17 +79,23 @@ func wantsAccessMark(it *command.Item, now time.Time) bool {
 
 // note records a read of key's version it.
 func (a *accessMarks) note(key []byte, it *command.Item) {
+	if a.kv.ClusterVersion() < command.MinClusterVersion(command.OpAccess) {
+		return // nothing would apply it: no lock, no map, per read
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.pending == nil {
 		a.pending = make(map[string]command.KeyCAS)
 	}
-	if len(a.pending) >= accessMax {
+	if len(a.pending) >= accessMax || a.bytes >= accessMaxBytes {
 		return // dropped: a batch is full and on its way
+	}
+	if _, ok := a.pending[string(key)]; !ok {
+		a.bytes += len(it.Value) + len(key)
 	}
 	a.pending[string(key)] = command.KeyCAS{CAS: it.CAS, StoredAt: it.StoredAt}
 	a.waiting.Store(int32(len(a.pending)))
-	if len(a.pending) >= accessMax {
+	if len(a.pending) >= accessMax || a.bytes >= accessMaxBytes {
 		go a.flushAsync()
 		return
 	}
@@ -97,7 +116,10 @@ func (a *accessMarks) propose(ctx context.Context) <-chan struct{} {
 	defer a.sendMu.Unlock()
 	a.mu.Lock()
 	batch := a.pending
-	a.pending = nil
+	a.pending, a.bytes = nil, 0
+	if len(batch) > 0 {
+		a.inflight.Add(1) // before waiting drops to 0: Send must see one
+	}
 	a.waiting.Store(0)
 	if a.timer != nil {
 		a.timer.Stop()
@@ -107,12 +129,18 @@ func (a *accessMarks) propose(ctx context.Context) <-chan struct{} {
 	if len(batch) == 0 {
 		return nil
 	}
+	defer a.inflight.Add(-1)
 	cmd := &command.Command{Op: command.OpAccess, Accessed: make([]command.KeyCAS, 0, len(batch))}
 	for k, kc := range batch {
 		kc.Key = []byte(k)
 		cmd.Accessed = append(cmd.Accessed, kc)
 	}
-	call, err := a.kv.Submit(ctx, cmd)
+	if a.kv.ClusterVersion() < command.MinClusterVersion(command.OpAccess) {
+		return nil // not yet: every member must apply OpAccess first
+	}
+	sctx, cancel := context.WithTimeout(ctx, accessSubmitWait)
+	call, err := a.kv.Submit(sctx, cmd)
+	cancel()
 	if err != nil {
 		return nil
 	}
@@ -131,9 +159,11 @@ func (a *accessMarks) propose(ctx context.Context) <-chan struct{} {
 // it would find another version and mark nothing, where memcached, which
 // keeps an incremented or touched item's read mark, says h1.
 func (a *accessMarks) Send(ctx context.Context) {
-	if a.waiting.Load() == 0 {
-		return // one atomic load per write when nothing was noted
+	if a.waiting.Load() == 0 && a.inflight.Load() == 0 {
+		return // two atomic loads per write when nothing was noted
 	}
+	// A batch the timer took may still be on its way to Submit: propose
+	// queues behind it (sendMu), and then sends what is pending.
 	a.propose(ctx)
 }
 

@@ -33,6 +33,9 @@ type KV interface {
 	Status() kv.ReplicaStatus
 	StoreStats() kv.StoreStats
 	Space() *kv.SpaceGuard
+	// ClusterVersion is the version the cluster applies (command's
+	// package doc): the read marks wait for the one that applies them.
+	ClusterVersion() uint64
 }
 
 // Config of the semantics.

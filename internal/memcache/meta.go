@@ -64,7 +64,9 @@ func (ss *session) metaGet(req *mcproto.Request) *mcserver.Reply {
 	r := &ss.metaReply
 	*r = metaItemReply(&it, now, m.Has('v'))
 	r.TokenSent = it.TokenSent
-	return c.Budgeted(ss.menc.AppendMeta(nil, keyAsStored(e, &it), r))
+	buf := ss.menc.AppendMeta(nil, keyAsStored(e, &it), r)
+	r.Value = nil // the scratch must not keep a value alive
+	return c.Budgeted(buf)
 }
 
 // metaGetLogged answers an mg that may change its item, through the log.

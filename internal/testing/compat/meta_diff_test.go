@@ -464,6 +464,7 @@ var metaNewerFlags = []exchange{
 	// The tombstone takes md's F (newer memcached allocates it with the
 	// request's client flags).
 	one("md_x_F", "ms {p}x 1 F3\r\nv\r\nmd {p}x x F9\r\nmg {p}x f\r\n", "HD\r\nHD\r\nHD f9\r\n"),
+	one("md_x_E", "ms {p}x 1\r\nv\r\nmd {p}x x E4321\r\nmg {p}x c s\r\n", "HD\r\nHD\r\nHD c4321 s0\r\n"),
 	one("md_x_miss", "md {p}nope x\r\nmd {p}nope x q\r\n", "NF\r\nNF\r\n"),
 	one("md_x_C", "ms {p}x 1\r\nv\r\nmd {p}x x C1\r\nmg {p}x v\r\n", "HD\r\nEX\r\nVA 1\r\nv\r\n"),
 	one("md_x_q_k_O", "ms {p}x 1\r\nv\r\nmd {p}x x q\r\nmd {p}x x k Oo\r\nmg {p}x s\r\n", "HD\r\nHD k{p}x Oo\r\nHD s0\r\n"),
