@@ -38,62 +38,33 @@ func (*Codec) AppendMeta(dst []byte, e mcproto.Echo, r *mcproto.MetaReply) []byt
 			}
 			return appendMetaLine(dst, "EN", "Ok", me, r)
 		}
-	case mcproto.OpMetaSet:
-		code := ""
-		switch r.Status {
-		case mcproto.StatusStored:
+	case mcproto.OpMetaSet, mcproto.OpMetaDelete:
+		// The nominal reply (ms stored, md deleted) is HD, which q drops.
+		// ms's c is the stored item's CAS; memcached answers c0 when
+		// nothing was stored.
+		nominal, want := mcproto.StatusDeleted, "Ok"
+		if e.Op == mcproto.OpMetaSet {
+			nominal, want = mcproto.StatusStored, "Okc"
+		}
+		if r.Status == nominal {
 			if e.Quiet {
 				return dst
 			}
-			code = "HD"
-		case mcproto.StatusNotStored:
-			code = "NS"
-		case mcproto.StatusExists:
-			code = "EX"
-		case mcproto.StatusNotFound:
-			code = "NF"
+			return appendMetaLine(dst, "HD", want, me, r)
 		}
-		if code != "" {
-			// c is the stored item's CAS; memcached answers c0 when
-			// nothing was stored.
-			return appendMetaLine(dst, code, "Okc", me, r)
-		}
-	case mcproto.OpMetaDelete:
-		code := ""
-		switch r.Status {
-		case mcproto.StatusDeleted:
-			if e.Quiet {
-				return dst
-			}
-			code = "HD"
-		case mcproto.StatusNotFound:
-			code = "NF"
-		case mcproto.StatusExists:
-			code = "EX"
-		case mcproto.StatusNotStored:
-			code = "NS"
-		}
-		if code != "" {
-			return appendMetaLine(dst, code, "Ok", me, r)
+		if code := metaCode(r.Status); code != "" {
+			return appendMetaLine(dst, code, want, me, r)
 		}
 	case mcproto.OpMetaArith:
-		code := ""
-		switch r.Status {
-		case mcproto.StatusHit:
+		if r.Status == mcproto.StatusHit {
 			// memcached skips the reply of an ma that found its item
 			// under q, VA included; one that vivified it answers.
 			if e.Quiet && !r.Created {
 				return dst
 			}
 			return appendMetaArithHit(dst, me, r)
-		case mcproto.StatusNotFound:
-			code = "NF"
-		case mcproto.StatusExists:
-			code = "EX"
-		case mcproto.StatusNotStored:
-			code = "NS"
 		}
-		if code != "" {
+		if code := metaCode(r.Status); code != "" {
 			return appendMetaLine(dst, code, "Ok", me, r)
 		}
 	case mcproto.OpMetaDebug:
@@ -105,6 +76,20 @@ func (*Codec) AppendMeta(dst []byte, e mcproto.Echo, r *mcproto.MetaReply) []byt
 		}
 	}
 	return AppendServerError(dst, "unexpected meta reply "+strconv.Itoa(int(r.Status))+" to "+e.Op.String())
+}
+
+// metaCode is the two letters of a failed ms, md or ma: NS, EX, NF; ""
+// for any other outcome.
+func metaCode(s mcproto.Status) string {
+	switch s {
+	case mcproto.StatusNotStored:
+		return "NS"
+	case mcproto.StatusExists:
+		return "EX"
+	case mcproto.StatusNotFound:
+		return "NF"
+	}
+	return ""
 }
 
 // appendMetaLine appends code, the tokens of want (flag letters) the

@@ -54,7 +54,8 @@ func mkeep(name, keep, send string) metaRow { return metaRow{name: name, send: s
 // beside meta ones 10, quit and flush_all 2.
 //
 // Rows marked "1.6.18:" pin what 1.6.18 does that newer memcached or the
-// meta spec's summary might not lead one to expect; kvd answers as 1.6.18, but for the few in metaDeliberate.
+// meta spec's summary might not lead one to expect; kvd answers as 1.6.18,
+// but for the few in metaDeliberate.
 var metaTable = []metaRow{
 	// mn, and misses.
 	mrow("mn", "mn\r\n"),
@@ -501,18 +502,17 @@ var longOpaque = "O" + strings.Repeat("o", 32)
 func TestMetaDeliberateDifferencesKvd(t *testing.T) {
 	p := kvdproc.Start(t, t.TempDir())
 	p.WaitClusterVersion()
-	run := fmt.Sprintf("d%08x", rand.Uint32())
-	for _, ex := range metaDeliberate {
-		t.Run(ex.name, func(t *testing.T) {
-			runExchange(t, p.MemcacheAddr, run+"_"+ex.name+"_", ex)
-		})
-	}
+	runExchanges(t, p.MemcacheAddr, "d", metaDeliberate)
 }
 
 // runMetaNewerFlags plays metaNewerFlags to the server at addr.
-func runMetaNewerFlags(t *testing.T, addr string) {
-	run := fmt.Sprintf("n%08x", rand.Uint32())
-	for _, ex := range metaNewerFlags {
+func runMetaNewerFlags(t *testing.T, addr string) { runExchanges(t, addr, "n", metaNewerFlags) }
+
+// runExchanges plays exchanges to the server at addr, each as a subtest on
+// keys of its own (a run prefix starting with tag, then its name).
+func runExchanges(t *testing.T, addr, tag string, exchanges []exchange) {
+	run := fmt.Sprintf("%s%08x", tag, rand.Uint32())
+	for _, ex := range exchanges {
 		t.Run(ex.name, func(t *testing.T) {
 			runExchange(t, addr, run+"_"+ex.name+"_", ex)
 		})
