@@ -1,6 +1,9 @@
 package command
 
-import "strconv"
+import (
+	"math"
+	"strconv"
+)
 
 // This file is the other half of the log's vocabulary: what applying an
 // entry produced. It lives beside the format, not in the state machine, so
@@ -127,4 +130,32 @@ type ScanItem struct {
 	CAS uint64
 	// Size is the value's length in bytes.
 	Size int
+}
+
+// ExpiryOf turns memcached's exptime into the instant an item written at
+// stampNs goes (Unix ns): 0 never expires, up to 30 days is relative,
+// larger is an absolute Unix time, negative is already expired. A relative
+// exptime counts from the write's own stamp, to the nanosecond: the item is
+// retrievable for exactly that long and not after, where memcached, which
+// counts from its current whole second, may drop it up to a second early.
+// With a durable write's latency added to that second, a client touching a
+// 2-second item every second would lose it now and then. The state machine
+// applies it to every write's stamp; the meta protocol's replies use it to
+// report what a T or N about to apply will leave.
+func ExpiryOf(exptime, stampNs int64) int64 {
+	const maxRelative = 60 * 60 * 24 * 30
+	switch {
+	case exptime == 0:
+		return 0
+	case exptime < 0:
+		return 1
+	case exptime <= maxRelative:
+		return stampNs + exptime*1e9
+	case exptime > math.MaxInt64/int64(1e9):
+		// Past the year 2262, where Unix ns end (the HTTP API takes any
+		// 64-bit ttl): as good as never, but still an expiry.
+		return math.MaxInt64
+	default:
+		return exptime * 1e9
+	}
 }

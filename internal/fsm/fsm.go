@@ -741,7 +741,7 @@ func (f *FSM) applyOne(b *pebble.Batch, st *applyState, c *command.Command, inde
 func (f *FSM) applyFlush(b *pebble.Batch, st *applyState, c *command.Command) (command.Result, error) {
 	at := c.Stamp
 	if c.Delay > 0 {
-		at = expiryOf(c.Delay, c.Stamp)
+		at = command.ExpiryOf(c.Delay, c.Stamp)
 	}
 	// A delay is a horizon: what was stored before it goes once it comes.
 	// One given as an absolute time already past (over 30 days, like an

@@ -113,7 +113,7 @@ func decodeItem(b []byte, it *command.Item) error {
 
 // secToNs converts a version 1 expiry. Version 1 took any 64-bit ttl from
 // the HTTP API unclamped, so a "never" such as 9999999999 s is past the
-// last Unix nanosecond: it becomes that nanosecond, as expiryOf clamps new
+// last Unix nanosecond: it becomes that nanosecond, as command.ExpiryOf clamps new
 // writes, rather than wrapping into the past and losing the item. (Its
 // index entry stays under the old second, which no sweep reaches before
 // the year 2286.)
@@ -122,7 +122,7 @@ func secToNs(sec int64) int64 {
 	case sec > math.MaxInt64/int64(1e9):
 		return math.MaxInt64
 	case sec < 0:
-		return 1 // already expired, as expiryOf stores a negative exptime
+		return 1 // already expired, as command.ExpiryOf stores a negative exptime
 	default:
 		return sec * 1e9
 	}
@@ -172,30 +172,4 @@ func expiryKey(dst []byte, it *command.Item, key []byte) []byte {
 	dst = append(dst, prefixExpiry)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(it.ExpirySec()))
 	return append(dst, key...)
-}
-
-// expiryOf turns memcached's exptime into the instant an item written at
-// stampNs goes (Unix ns): 0 never expires, up to 30 days is relative,
-// larger is an absolute Unix time, negative is already expired. A relative
-// exptime counts from the write's own stamp, to the nanosecond: the item is
-// retrievable for exactly that long and not after, where memcached, which
-// counts from its current whole second, may drop it up to a second early.
-// With a durable write's latency added to that second, a client touching a
-// 2-second item every second would lose it now and then.
-func expiryOf(exptime, stampNs int64) int64 {
-	const maxRelative = 60 * 60 * 24 * 30
-	switch {
-	case exptime == 0:
-		return 0
-	case exptime < 0:
-		return 1
-	case exptime <= maxRelative:
-		return stampNs + exptime*1e9
-	case exptime > math.MaxInt64/int64(1e9):
-		// Past the year 2262, where Unix ns end (the HTTP API takes any
-		// 64-bit ttl): as good as never, but still an expiry.
-		return math.MaxInt64
-	default:
-		return exptime * 1e9
-	}
 }

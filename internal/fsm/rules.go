@@ -56,7 +56,7 @@ func itemRule(c *command.Command, old *command.Item, exists bool, h horizons, in
 	case command.OpMetaGet:
 		return metaGetRule(c, old, exists, live, index)
 	}
-	next = command.Item{Flags: c.Flags, ExpiresAt: expiryOf(c.Exptime, c.Stamp), CAS: index, StoredAt: c.Stamp, Value: c.Value}
+	next = command.Item{Flags: c.Flags, ExpiresAt: command.ExpiryOf(c.Exptime, c.Stamp), CAS: index, StoredAt: c.Stamp, Value: c.Value}
 	switch c.Op {
 	case command.OpSet:
 	case command.OpAdd:
@@ -136,7 +136,7 @@ func itemRule(c *command.Command, old *command.Item, exists bool, h horizons, in
 		}
 		next = *old
 		next.Value = append([]byte(nil), old.Value...)
-		next.ExpiresAt = expiryOf(c.Exptime, c.Stamp)
+		next.ExpiresAt = command.ExpiryOf(c.Exptime, c.Stamp)
 		v = putOrDrop(&next, exists, c.Stamp)
 		if c.Op == command.OpGAT {
 			return next, v, command.Result{Status: command.StatusHit, Item: next}

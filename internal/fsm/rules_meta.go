@@ -11,7 +11,7 @@ import "github.com/kvd-project/kvd/internal/command"
 // whose next never shares old's storage.
 //
 // Times in the command are raw exptimes (T, N's and R's), turned into
-// instants from the entry's stamp by expiryOf, as every rule does. An item
+// instants from the entry's stamp by command.ExpiryOf, as every rule does. An item
 // a meta write stores anew has no meta state (not fetched, accessed when
 // stored, not stale, no token sent) unless its rule says otherwise.
 
@@ -34,7 +34,7 @@ func notStored(s command.Status) (command.Item, verdict, command.Result) {
 // stale, keeping the item's expiry and its token state. Add ignores C;
 // append and prepend check it unless it is 0.
 func metaStoreRule(c *command.Command, old *command.Item, exists, live bool, index uint64) (command.Item, verdict, command.Result) {
-	next := command.Item{Flags: c.Flags, ExpiresAt: expiryOf(c.Exptime, c.Stamp), CAS: newCAS(c, index), StoredAt: c.Stamp, Value: c.Value,
+	next := command.Item{Flags: c.Flags, ExpiresAt: command.ExpiryOf(c.Exptime, c.Stamp), CAS: newCAS(c, index), StoredAt: c.Stamp, Value: c.Value,
 		KeyBinary: c.Meta&command.MetaKeyBinary != 0}
 	hasCAS := c.Meta&command.MetaHasCAS != 0
 	mode := c.Mode
@@ -117,7 +117,7 @@ func metaDeleteRule(c *command.Command, old *command.Item, exists, live bool, in
 		// the empty item).
 		next = command.Item{Flags: c.Flags, CAS: newCAS(c, old.CAS), StoredAt: c.Stamp, Value: []byte{}}
 		if c.Meta&command.MetaHasTTL != 0 {
-			next.ExpiresAt = expiryOf(c.Exptime, c.Stamp)
+			next.ExpiresAt = command.ExpiryOf(c.Exptime, c.Stamp)
 		}
 	} else {
 		next = *old
@@ -126,7 +126,7 @@ func metaDeleteRule(c *command.Command, old *command.Item, exists, live bool, in
 	if invalidate {
 		next.Stale, next.TokenSent, next.CAS = true, false, newCAS(c, index)
 		if c.Meta&command.MetaHasTTL != 0 {
-			next.ExpiresAt = expiryOf(c.Exptime, c.Stamp)
+			next.ExpiresAt = command.ExpiryOf(c.Exptime, c.Stamp)
 		}
 	}
 	return next, putOrDrop(&next, exists, c.Stamp), command.Result{Status: command.StatusDeleted}
@@ -173,7 +173,7 @@ func metaArithRule(c *command.Command, old *command.Item, exists, live bool, ind
 		Value: formatCounter(n, len(old.Value))}
 	inPlace(&next, old)
 	if c.Meta&command.MetaHasTTL != 0 {
-		next.ExpiresAt = expiryOf(c.Exptime, c.Stamp)
+		next.ExpiresAt = command.ExpiryOf(c.Exptime, c.Stamp)
 	}
 	v := putOrDrop(&next, exists, c.Stamp)
 	res := command.Result{Status: command.StatusValue, Value: n, Grew: len(next.Value) > len(old.Value),
@@ -215,7 +215,7 @@ func metaGetRule(c *command.Command, old *command.Item, exists, live bool, index
 	next := *old
 	next.Value = nil // copied below, only if it is needed
 	if c.Meta&command.MetaHasTTL != 0 {
-		next.ExpiresAt = expiryOf(c.Exptime, c.Stamp)
+		next.ExpiresAt = command.ExpiryOf(c.Exptime, c.Stamp)
 	}
 	won := false
 	judged := old.ExpiresAt // R judges the expiry as of its place among the flags
@@ -223,7 +223,7 @@ func metaGetRule(c *command.Command, old *command.Item, exists, live bool, index
 		judged = next.ExpiresAt
 	}
 	if c.Meta&command.MetaRecache != 0 && !old.TokenSent && judged != 0 {
-		if at := expiryOf(c.Recache, c.Stamp); at != 0 && judged < at {
+		if at := command.ExpiryOf(c.Recache, c.Stamp); at != 0 && judged < at {
 			won = true
 		}
 	}
@@ -273,7 +273,7 @@ func accessRule(old *command.Item, exists bool, saw command.KeyCAS, h horizons, 
 // applies T and N in the client's order, so with both the later one wins.
 func createdExpiry(c *command.Command) int64 {
 	if c.Meta&command.MetaHasTTL != 0 && c.Meta&command.MetaVivifyLast == 0 {
-		return expiryOf(c.Exptime, c.Stamp)
+		return command.ExpiryOf(c.Exptime, c.Stamp)
 	}
-	return expiryOf(c.Vivify, c.Stamp)
+	return command.ExpiryOf(c.Vivify, c.Stamp)
 }

@@ -23,25 +23,13 @@ func (ss *session) metaGet(req *mcproto.Request) *mcserver.Reply {
 		return ss.metaGetLogged(req)
 	}
 	c, st := ss.c, ss.s.stats
-	c.WaitOwnWrites()
-	if m.Has('h') || m.Has('l') {
-		// What this node's reads noted must be counted first.
-		ss.s.access.Flush(c.Context())
-	}
-	if err := ss.s.kv.Barrier(c.Context(), ss.s.kv.Config().ReadConsistency); err != nil {
+	// What this node's reads noted must be counted first for h and l.
+	it, ok, fail := ss.readMeta(req, m.Has('h') || m.Has('l'))
+	if fail != nil {
 		st.CmdGet.Add(1)
-		st.ServerErrors.Add(1)
-		st.count(req.Op, ResultServerError, 1)
-		return mcserver.Final(ss.errorReply(nil, e, err))
+		return fail
 	}
 	key := req.Keys[0]
-	it, ok, err := ss.s.kv.Get(key)
-	if err != nil {
-		st.CmdGet.Add(1)
-		st.ServerErrors.Add(1)
-		st.count(req.Op, ResultServerError, 1)
-		return mcserver.Final(ss.errorReply(nil, e, err))
-	}
 	if ok && it.Stale && !it.TokenSent {
 		// Reading it hands out its recache token: a change, which one
 		// request in the cluster wins.
@@ -181,21 +169,10 @@ func orderedTTL(r *mcproto.MetaReply, m *mcproto.MetaFlags, res *command.Result,
 	r.TTLSet, r.TTLVivify = exptimeTTL(m.TTL, now), exptimeTTL(m.Vivify, now)
 }
 
-// exptimeTTL is the seconds an exptime as memcached reads it leaves an item
-// set now: -1 for none (0), the value itself when relative, the distance
-// to an absolute time; 0 for one already past.
+// exptimeTTL is what t reports for an item given exptime now: its
+// expiry as the log will apply it (command.ExpiryOf), in seconds left.
 func exptimeTTL(exptime int64, now time.Time) int64 {
-	const maxRelative = 60 * 60 * 24 * 30
-	switch {
-	case exptime == 0:
-		return -1
-	case exptime < 0:
-		return 0
-	case exptime <= maxRelative:
-		return exptime
-	default:
-		return max(exptime-now.Unix(), 0)
-	}
+	return remainingTTL(&command.Item{ExpiresAt: command.ExpiryOf(exptime, now.UnixNano())}, now)
 }
 
 // keyAsStored is e with the key to be returned as the item was stored:
@@ -373,24 +350,39 @@ func (ss *session) metaArith(req *mcproto.Request) *mcserver.Reply {
 	})
 }
 
-// metaDebug answers me: an item's metadata, read like get.
-func (ss *session) metaDebug(req *mcproto.Request) *mcserver.Reply {
-	c, st, e := ss.c, ss.s.stats, req.Echo
-	st.CmdMeta.Add(1)
+// readMeta reads a meta request's key as get does (after the
+// connection's own writes, at its consistency), after this node's read
+// notes are applied when flush; a failure comes back as its reply,
+// counted.
+func (ss *session) readMeta(req *mcproto.Request, flush bool) (command.Item, bool, *mcserver.Reply) {
+	c, st := ss.c, ss.s.stats
 	c.WaitOwnWrites()
-	ss.s.access.Flush(c.Context())
-	if err := ss.s.kv.Barrier(c.Context(), ss.s.kv.Config().ReadConsistency); err != nil {
-		st.ServerErrors.Add(1)
-		st.count(req.Op, ResultServerError, 1)
-		return mcserver.Final(ss.errorReply(nil, e, err))
+	if flush {
+		ss.s.access.Flush(c.Context())
 	}
-	key := req.Keys[0]
-	it, ok, err := ss.s.kv.Get(key)
+	err := ss.s.kv.Barrier(c.Context(), ss.s.kv.Config().ReadConsistency)
+	var it command.Item
+	var ok bool
+	if err == nil {
+		it, ok, err = ss.s.kv.Get(req.Keys[0])
+	}
 	if err != nil {
 		st.ServerErrors.Add(1)
 		st.count(req.Op, ResultServerError, 1)
-		return mcserver.Final(ss.errorReply(nil, e, err))
+		return it, false, mcserver.Final(ss.errorReply(nil, req.Echo, err))
 	}
+	return it, ok, nil
+}
+
+// metaDebug answers me: an item's metadata, read like get.
+func (ss *session) metaDebug(req *mcproto.Request) *mcserver.Reply {
+	st, e := ss.s.stats, req.Echo
+	st.CmdMeta.Add(1)
+	it, ok, fail := ss.readMeta(req, true)
+	if fail != nil {
+		return fail
+	}
+	key := req.Keys[0]
 	if !ok {
 		st.count(req.Op, ResultMiss, 1)
 		return mcserver.Final(ss.menc.AppendMeta(nil, e, &mcproto.MetaReply{Status: mcproto.StatusNotFound}))
