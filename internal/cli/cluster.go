@@ -44,6 +44,7 @@ caught up. Removing a voter that would leave too few reachable voters for a
 quorum is refused unless --force is given.`,
 		Example: `  kvd cluster status --endpoints http://127.0.0.1:11281
   kvd cluster add n4 10.0.0.4:11290
+  kvd cluster add --witness w 10.0.0.9:11290
   kvd serve --name n4 --peer-addr 10.0.0.4:11290 --join http://10.0.0.1:11280
   kvd cluster transfer-leader n2
   kvd cluster remove n3`,
@@ -110,12 +111,13 @@ quorum is refused unless --force is given.`,
 			return printStatus(cmd.OutOrStdout(), st)
 		},
 	}
+	var addWitness bool
 	add := &cobra.Command{
 		Use:   "add NAME PEER-ADDR",
-		Short: "Add a member as a learner (promoted to voter once caught up)",
+		Short: "Add a member as a learner (promoted to voter once caught up); --witness adds a witness",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			body := httpapi.MemberInfo{Name: args[0], PeerAddr: args[1]}
+			body := httpapi.MemberInfo{Name: args[0], PeerAddr: args[1], Witness: addWitness}
 			var info httpapi.JoinInfo
 			// The member that answered is one known to be up: the one to
 			// join through (a follower passes the join on to the leader).
@@ -123,11 +125,16 @@ quorum is refused unless --force is given.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "added %s (id %s) as a learner; start it with:\n  kvd serve --name %s --peer-addr %s --join %s\n",
-				args[0], info.ID, args[0], args[1], answered)
+			what, flag := "a learner", ""
+			if addWitness {
+				what, flag = "a witness (a learner until caught up)", " --witness"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "added %s (id %s) as %s; start it with:\n  kvd serve --name %s --peer-addr %s%s --join %s\n",
+				args[0], info.ID, what, args[0], args[1], flag, answered)
 			return nil
 		},
 	}
+	add.Flags().BoolVar(&addWitness, "witness", false, "add a witness: a voter that holds no data (the data members must still outnumber the witnesses)")
 	var force bool
 	remove := &cobra.Command{
 		Use:   "remove NAME",
@@ -348,7 +355,11 @@ func printStatus(w io.Writer, st httpapi.ClusterStatus) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tID\tKIND\tROLE\tHEALTH\tPEER\tHTTP\tMEMCACHE")
 	for _, m := range st.Members {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(m.Name), m.ID, m.Kind, m.Role, m.Health, dash(m.PeerAddr), dash(m.HTTPAddr), dash(m.MemcacheAddr))
+		kind := m.Kind
+		if m.Witness {
+			kind += " (witness)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dash(m.Name), m.ID, kind, m.Role, m.Health, dash(m.PeerAddr), dash(m.HTTPAddr), dash(m.MemcacheAddr))
 	}
 	return tw.Flush()
 }

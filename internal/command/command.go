@@ -494,6 +494,17 @@ var ErrCorrupt = errors.New("corrupt command")
 // stops applying instead).
 var ErrUnsupported = errors.New("command written by a newer kvd")
 
+// PeekOp returns the operation of an entry without decoding the rest; ok is
+// false for an entry Decode would refuse at its header.
+func PeekOp(data []byte) (op Op, ok bool) {
+	if len(data) < headerLen || data[0] == 0 || data[0] > Version {
+		return 0, false
+	}
+	op = Op(data[1])
+	_, ok = opNames[op]
+	return op, ok
+}
+
 // Decode parses entry bytes into c. Key, Value, Expired and Accessed keys alias data, so
 // data must stay unmodified while c is in use.
 func Decode(data []byte, c *Command) error {

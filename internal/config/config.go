@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -45,6 +46,16 @@ type Config struct {
 	// that cluster instead of founding one. Ignored once the data dir holds
 	// a cluster.
 	Join string `yaml:"join"`
+	// InitialWitnesses names the members of InitialCluster that are
+	// witnesses (comma-separated): voters that hold no data and serve no
+	// data requests, so that two data members and a witness survive the
+	// loss of any one (docs/witness.md). Every founding member gets the
+	// same list. Used only on first start.
+	InitialWitnesses string `yaml:"initial-witnesses"`
+	// Witness makes this member a witness. A founding witness is named in
+	// InitialWitnesses and needs nothing more; a witness joining with Join
+	// says so here. Recorded in the data dir at the first start.
+	Witness bool `yaml:"witness"`
 	// AdvertisePeerAddr, AdvertiseHTTPAddr and AdvertiseMemcacheAddr are the
 	// addresses other members and clients use to reach this node, published
 	// in the member table; never a wildcard host. Default: the listen
@@ -470,8 +481,63 @@ func (c *Config) Validate() error {
 		if !found {
 			add("initial-cluster: does not name this member %q", c.Name)
 		}
+		if _, err := c.Witnesses(members); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.Witness && c.Join == "" && c.InitialWitnesses != "" && !slices.Contains(splitList(c.InitialWitnesses), c.Name) {
+		add("witness: this member %q is not named in initial-witnesses %q; a founding witness is named there, and --witness alone is for one that joins", c.Name, c.InitialWitnesses)
 	}
 	return errors.Join(errs...)
+}
+
+// Witnesses parses InitialWitnesses against members (InitialCluster,
+// parsed): the set of founding members that are witnesses. Each must be a
+// member, and the data members must outnumber them: with as many witnesses
+// as data members, losing half the data members would leave a quorum
+// without a full copy of the data.
+func (c *Config) Witnesses(members []Member) (map[string]bool, error) {
+	names := splitList(c.InitialWitnesses)
+	if len(names) == 0 {
+		return nil, nil
+	}
+	if c.Join != "" {
+		return nil, errors.New("initial-witnesses: founds a cluster, join joins one: a witness that joins says --witness")
+	}
+	known := map[string]bool{}
+	for _, m := range members {
+		known[m.Name] = true
+	}
+	out := map[string]bool{}
+	for _, n := range names {
+		if !known[n] {
+			return nil, fmt.Errorf("initial-witnesses: %q is not a member of initial-cluster", n)
+		}
+		if out[n] {
+			return nil, fmt.Errorf("initial-witnesses: %q listed twice", n)
+		}
+		out[n] = true
+	}
+	if data := len(members) - len(out); len(out) >= data {
+		return nil, fmt.Errorf("initial-witnesses: %d witness(es) and %d data member(s): the data members must outnumber the witnesses "+
+			"(two data members and one witness is the smallest such cluster)", len(out), data)
+	}
+	return out, nil
+}
+
+// IsWitness reports whether this member is, or is founded as, a witness.
+func (c *Config) IsWitness() bool {
+	return c.Witness || slices.Contains(splitList(c.InitialWitnesses), c.Name)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // ElectionTicks is the election timeout in heartbeat ticks.

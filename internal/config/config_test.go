@@ -196,3 +196,40 @@ func TestValidateMemberNames(t *testing.T) {
 		require.ErrorContains(t, c.Validate(), tc.err, "name %q, initial-cluster %q", tc.name, tc.initialCluster)
 	}
 }
+
+func TestValidateWitnesses(t *testing.T) {
+	const three = "n1=h:1,n2=h:2,w=h:3"
+	for _, tc := range []struct {
+		name                     string
+		self, cluster, witnesses string
+		witness                  bool
+		join                     string
+		err                      string
+		isWitness                bool
+	}{
+		{name: "two data members and a witness", self: "n1", cluster: three, witnesses: "w"},
+		{name: "the witness itself", self: "w", cluster: three, witnesses: " w ", isWitness: true},
+		{name: "the witness says so twice", self: "w", cluster: three, witnesses: "w", witness: true, isWitness: true},
+		{name: "three data members and a witness", self: "n1", cluster: three + ",n3=h:4", witnesses: "w"},
+		{name: "a witness joins", self: "w", join: "http://h:11280", witness: true, isWitness: true},
+		{name: "not a member", self: "n1", cluster: three, witnesses: "x", err: `initial-witnesses: "x" is not a member of initial-cluster`},
+		{name: "listed twice", self: "n1", cluster: three, witnesses: "w,w", err: `"w" listed twice`},
+		{name: "as many witnesses as data members", self: "n1", cluster: "n1=h:1,w=h:3", witnesses: "w", err: "data members must outnumber the witnesses"},
+		{name: "more witnesses", self: "n1", cluster: three, witnesses: "w,n2", err: "2 witness(es) and 1 data member(s)"},
+		{name: "witnesses with join", self: "n1", join: "http://h:11280", witnesses: "w", err: "a witness that joins says --witness"},
+		{name: "a witness flag that the list contradicts", self: "n1", cluster: three, witnesses: "w", witness: true,
+			err: `not named in initial-witnesses`, isWitness: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			c.Name, c.InitialCluster, c.InitialWitnesses, c.Witness, c.Join = tc.self, tc.cluster, tc.witnesses, tc.witness, tc.join
+			err := c.Validate()
+			if tc.err == "" {
+				require.NoError(t, err)
+			} else {
+				require.ErrorContains(t, err, tc.err)
+			}
+			require.Equal(t, tc.isWitness, c.IsWitness())
+		})
+	}
+}

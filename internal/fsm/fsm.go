@@ -59,6 +59,8 @@ type MemberChange struct {
 	// Name and PeerAddr come with an add; a promotion carries none and
 	// keeps what the table holds.
 	Name, PeerAddr string
+	// Witness comes with the add of a witness.
+	Witness bool
 }
 
 // Options tunes the state store; zero values take the defaults.
@@ -88,6 +90,11 @@ type Options struct {
 	// backoff (pacedFS). The node passes one: package fsm keeps no clock.
 	// Nil leaves Pebble's retries unpaced.
 	RetryPause func(failures uint64)
+	// Witness keeps only what a witness needs of the state: the member
+	// table, the cluster version and the applied index. Apply passes over
+	// every other command, and a snapshot installed is stripped of items
+	// (docs/witness.md).
+	Witness bool
 }
 
 // FSM is the state machine over one Pebble instance.
@@ -599,6 +606,10 @@ func (f *FSM) Apply(ents []Entry) ([]command.Result, error) {
 			// Addressed to its proposer when the header names one, which
 			// then learns now that nothing was done, not at its timeout.
 			results[i] = command.Result{ReqID: c.ReqID, Status: command.StatusInvalid}
+			continue
+		}
+		if f.opts.Witness && !witnessApplies(c.Op) {
+			results[i] = command.Result{ReqID: c.ReqID}
 			continue
 		}
 		r, err := f.applyOne(b, &st, &c, e.Index)

@@ -23,6 +23,9 @@ type Member struct {
 	PeerAddr     string `json:"peer_addr"`
 	HTTPAddr     string `json:"http_addr,omitempty"`
 	MemcacheAddr string `json:"memcache_addr,omitempty"`
+	// Witness marks a witness: a voter that holds no data
+	// (docs/witness.md). Set by the change that added it.
+	Witness bool `json:"witness,omitempty"`
 }
 
 func memberKey(id uint64) []byte {
@@ -68,6 +71,7 @@ func (f *FSM) applyMemberChange(b *pebble.Batch, c *MemberChange) error {
 	if c.PeerAddr != "" {
 		m.PeerAddr = c.PeerAddr
 	}
+	m.Witness = m.Witness || c.Witness
 	return storeMember(b, m)
 }
 

@@ -277,6 +277,12 @@ func (f *FSM) InstallSnapshot(src string, minApplied uint64) error {
 	if err != nil {
 		return fmt.Errorf("install snapshot: received state does not open: %w", err)
 	}
+	if f.opts.Witness {
+		if err := stripItems(probe); err != nil {
+			_ = probe.Close()
+			return fmt.Errorf("install snapshot: strip the items a witness does not keep: %w", err)
+		}
+	}
 	if err := probe.Close(); err != nil {
 		return fmt.Errorf("install snapshot: close received state: %w", err)
 	}

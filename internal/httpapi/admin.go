@@ -60,6 +60,7 @@ type JoinMember struct {
 	ID       string `json:"id"`
 	Name     string `json:"name"`
 	PeerAddr string `json:"peer_addr"`
+	Witness  bool   `json:"witness,omitempty"`
 }
 
 // maxAdminBody bounds an admin request body.
@@ -264,8 +265,12 @@ func (a *api) adminFail(w http.ResponseWriter, r *http.Request, body []byte, err
 		writeError(w, http.StatusConflict, "member_exists", err.Error())
 	case errors.Is(err, kv.ErrVersionTooOld):
 		writeError(w, http.StatusConflict, "version_too_old", err.Error())
+	case errors.Is(err, kv.ErrWitnessQuorum):
+		writeError(w, http.StatusConflict, "witness_quorum", err.Error())
 	case errors.Is(err, kv.ErrLastVoter):
 		writeError(w, http.StatusConflict, "last_voter", err.Error())
+	case errors.Is(err, kv.ErrWitnessTarget):
+		writeError(w, http.StatusConflict, "witness", err.Error())
 	case errors.Is(err, kv.ErrNoTransferTarget):
 		// The cluster's state, not the request, is at fault: a 409 as for
 		// the last voter, where a 400 read as a malformed request.

@@ -69,6 +69,8 @@ type MemberInfo struct {
 	PeerAddr     string `json:"peer_addr,omitempty"`
 	HTTPAddr     string `json:"http_addr,omitempty"`
 	MemcacheAddr string `json:"memcache_addr,omitempty"`
+	// Witness marks a witness: a voter that holds no data (docs/witness.md).
+	Witness bool `json:"witness,omitempty"`
 	// MaxClusterVersion is, in a join request, the highest cluster version
 	// the joining member's kvd applies (0: not said, as by kvd cluster add
 	// or a kvd from before cluster versions).
@@ -92,6 +94,9 @@ type Options struct {
 	Metrics Metrics
 	// Admin enables membership and leadership changes.
 	Admin Admin
+	// Witness, set on a witness, refuses every data request (/v1/kv) with
+	// 421 and the sentence it returns, which names the data members.
+	Witness func() string
 }
 
 // Limits of the API.
@@ -155,6 +160,13 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}()
 	}
 	path := r.URL.EscapedPath()
+	if a.opts.Witness != nil && (path == "/v1/kv" || strings.HasPrefix(path, kvPrefix)) {
+		name = metrics.RouteKV
+		// 421 Misdirected Request: this member will never answer it,
+		// however often it is retried; the data members will.
+		writeError(rec, http.StatusMisdirectedRequest, "witness", a.opts.Witness())
+		return
+	}
 	if key, ok := strings.CutPrefix(path, kvPrefix); ok {
 		name = metrics.RouteKV
 		a.serveKey(rec, r, key)

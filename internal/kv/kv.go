@@ -394,8 +394,15 @@ var (
 	ErrQuorumAtRisk      = replica.ErrQuorumAtRisk
 	ErrLastVoter         = replica.ErrLastVoter
 	ErrNoTransferTarget  = replica.ErrNoTransferTarget
+	ErrWitnessTarget     = replica.ErrWitnessTarget
 	ErrRemoved           = replica.ErrRemoved
 	ErrConfChangeTimeout = replica.ErrConfChangeTimeout
+	// ErrWitnessQuorum refuses a change after which the witnesses would
+	// be as many as the data members, or more (docs/witness.md).
+	ErrWitnessQuorum = errors.New("the data members must outnumber the witnesses")
+	// ErrWitness answers a data request sent to a witness, which holds no
+	// data.
+	ErrWitness = errors.New("this member is a witness: it holds no data")
 	// ErrVersionTooOld refuses a joining member whose kvd cannot apply
 	// the cluster's version (command.ClusterVersionMax).
 	ErrVersionTooOld = errors.New("the joining member's kvd cannot apply this cluster's version; run a newer release on it")

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/kvd-project/kvd/internal/fsm"
 	"github.com/kvd-project/kvd/internal/httpapi"
@@ -21,6 +22,7 @@ import (
 type memberContext struct {
 	Name     string `json:"name"`
 	PeerAddr string `json:"peer_addr"`
+	Witness  bool   `json:"witness,omitempty"`
 }
 
 // Change turns a committed configuration change into its effect on
@@ -32,7 +34,7 @@ func Change(cc *replica.ConfChange) *fsm.MemberChange {
 		// A change without a readable context still changes raft's
 		// configuration; the member is then known by ID until it publishes.
 		if json.Unmarshal(cc.Context, &c) == nil {
-			mc.Name, mc.PeerAddr = c.Name, c.PeerAddr
+			mc.Name, mc.PeerAddr, mc.Witness = c.Name, c.PeerAddr, c.Witness
 		}
 	}
 	return mc
@@ -44,7 +46,7 @@ func Change(cc *replica.ConfChange) *fsm.MemberChange {
 func (c *Controller) rows() map[uint64]fsm.Member {
 	out := map[uint64]fsm.Member{}
 	for _, m := range c.file.Members {
-		out[m.ID] = fsm.Member{ID: m.ID, Name: m.Name, PeerAddr: m.PeerAddr}
+		out[m.ID] = fsm.Member{ID: m.ID, Name: m.Name, PeerAddr: m.PeerAddr, Witness: m.Witness}
 	}
 	for _, m := range c.state.Members() {
 		prev := out[m.ID]
@@ -54,6 +56,9 @@ func (c *Controller) rows() map[uint64]fsm.Member {
 		if m.PeerAddr == "" {
 			m.PeerAddr = prev.PeerAddr
 		}
+		// A founding witness's row is written when it publishes, which
+		// does not repeat what cluster.json says of it.
+		m.Witness = m.Witness || prev.Witness
 		out[m.ID] = m
 	}
 	return out
@@ -65,7 +70,20 @@ func (c *Controller) Member(id kv.NodeID) (httpapi.MemberInfo, bool) {
 	if !ok {
 		return httpapi.MemberInfo{}, false
 	}
-	return httpapi.MemberInfo{Name: m.Name, PeerAddr: m.PeerAddr, HTTPAddr: m.HTTPAddr, MemcacheAddr: m.MemcacheAddr}, true
+	return httpapi.MemberInfo{Name: m.Name, PeerAddr: m.PeerAddr, HTTPAddr: m.HTTPAddr, MemcacheAddr: m.MemcacheAddr, Witness: m.Witness}, true
+}
+
+// DataMembers are the members that are not witnesses, by name.
+func (c *Controller) DataMembers() []httpapi.MemberInfo {
+	var out []httpapi.MemberInfo
+	for id, m := range c.rows() {
+		if !m.Witness {
+			info, _ := c.Member(kv.NodeID(id))
+			out = append(out, info)
+		}
+	}
+	slices.SortFunc(out, func(a, b httpapi.MemberInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 func (c *Controller) idOfName(name string) replica.NodeID {
@@ -102,13 +120,21 @@ func (c *Controller) AddMember(ctx context.Context, m httpapi.MemberInfo) (httpa
 	// behind the member's removal, and ChangeMember passes the request on.
 	if st.Role == "leader" && (slices.Contains(st.Voters, id) || slices.Contains(st.Learners, id)) {
 		if have, ok := c.rows()[uint64(id)]; ok && have.PeerAddr == m.PeerAddr {
+			if have.Witness != m.Witness {
+				return httpapi.JoinInfo{}, fmt.Errorf("%w: %s was added as a %s and asks to join as a %s", kv.ErrMemberExists, m.Name, role(have.Witness), role(m.Witness))
+			}
 			// The status that lists the member was published after its
 			// addition was applied: its applied index is at or after it.
 			return c.joinInfo(id, st.Applied), nil
 		}
 		return httpapi.JoinInfo{}, fmt.Errorf("%w: %s", kv.ErrMemberExists, m.Name)
 	}
-	b, err := json.Marshal(memberContext{Name: m.Name, PeerAddr: m.PeerAddr})
+	if m.Witness {
+		if err := c.checkWitnessAdd(st); err != nil {
+			return httpapi.JoinInfo{}, err
+		}
+	}
+	b, err := json.Marshal(memberContext{Name: m.Name, PeerAddr: m.PeerAddr, Witness: m.Witness})
 	if err != nil {
 		return httpapi.JoinInfo{}, err
 	}
@@ -128,7 +154,7 @@ func (c *Controller) joinInfo(id replica.NodeID, addedAt uint64) httpapi.JoinInf
 	info := httpapi.JoinInfo{ClusterID: strconv.FormatUint(c.file.ClusterID, 16), ID: strconv.FormatUint(uint64(id), 16), AddedAt: addedAt}
 	for _, x := range slices.Concat(st.Voters, st.Learners) {
 		r := rows[uint64(x)]
-		info.Members = append(info.Members, httpapi.JoinMember{ID: strconv.FormatUint(uint64(x), 16), Name: r.Name, PeerAddr: r.PeerAddr})
+		info.Members = append(info.Members, httpapi.JoinMember{ID: strconv.FormatUint(uint64(x), 16), Name: r.Name, PeerAddr: r.PeerAddr, Witness: r.Witness})
 	}
 	for _, v := range c.file.BootstrapVoters() {
 		info.BootstrapVoters = append(info.BootstrapVoters, strconv.FormatUint(v, 16))
@@ -136,9 +162,55 @@ func (c *Controller) joinInfo(id replica.NodeID, addedAt uint64) httpapi.JoinInf
 	return info
 }
 
-// RemoveMember implements httpapi.Admin.
+func role(witness bool) string {
+	if witness {
+		return "witness"
+	}
+	return "data member"
+}
+
+// checkWitnessAdd refuses a witness the data members would not outnumber.
+func (c *Controller) checkWitnessAdd(st replica.Status) error {
+	data, witnesses := c.countRoles(st, 0)
+	if witnesses+1 >= data {
+		return fmt.Errorf("%w: %d data member(s) and %d witness(es) already; the data members must outnumber the witnesses (add a data member first)",
+			kv.ErrWitnessQuorum, data, witnesses)
+	}
+	return nil
+}
+
+// countRoles counts the voters and learners by role, leaving out except.
+func (c *Controller) countRoles(st replica.Status, except replica.NodeID) (data, witnesses int) {
+	rows := c.rows()
+	for _, id := range slices.Concat(st.Voters, st.Learners) {
+		switch {
+		case id == except:
+		case rows[uint64(id)].Witness:
+			witnesses++
+		default:
+			data++
+		}
+	}
+	return data, witnesses
+}
+
+// IsWitness reports whether member id is a witness. The replica asks
+// before it hands leadership on or answers a vote request, the transport
+// before it sends a snapshot: rare enough to read the table each time.
+func (c *Controller) IsWitness(id replica.NodeID) bool {
+	return c.rows()[uint64(id)].Witness
+}
+
+// RemoveMember implements httpapi.Admin. A data member is not removed while
+// that would leave the witnesses as many as the data members.
 func (c *Controller) RemoveMember(ctx context.Context, name string, force bool) error {
 	id := c.idOfName(name)
+	if st := c.rep.Status(); !c.rows()[uint64(id)].Witness {
+		if data, witnesses := c.countRoles(st, id); witnesses > 0 && witnesses >= data {
+			return fmt.Errorf("%w: removing %s would leave %d data member(s) and %d witness(es); the data members must outnumber the witnesses "+
+				"(add a data member, or remove a witness, first)", kv.ErrWitnessQuorum, name, data, witnesses)
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
 	if _, err := c.rep.ChangeMember(ctx, newRequestID(), replica.RemoveMember, id, nil, force); err != nil {

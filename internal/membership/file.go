@@ -53,6 +53,20 @@ type File struct {
 	// describes that listener; once --peer-addr changes, the entry no
 	// longer does (see File.Advertise). Empty in a file written by an older kvd.
 	ListenPeerAddr string `json:"listen_peer_addr,omitempty"`
+	// Witness is whether this data dir is a witness's: its role is fixed
+	// at the first start, like its name (node checks the data dir agrees).
+	Witness bool `json:"witness,omitempty"`
+}
+
+// Witnesses are the members this file names as witnesses.
+func (m *File) Witnesses() map[uint64]bool {
+	out := map[uint64]bool{}
+	for _, x := range m.Members {
+		if x.Witness {
+			out[x.ID] = true
+		}
+	}
+	return out
 }
 
 // checkSelf reports why this data dir cannot be started as member name:
@@ -96,6 +110,8 @@ type FileMember struct {
 	Name     string `json:"name"`
 	ID       uint64 `json:"id"`
 	PeerAddr string `json:"peer_addr"`
+	// Witness marks a witness (docs/witness.md).
+	Witness bool `json:"witness,omitempty"`
 }
 
 // FileName is the membership file's name in the data dir.
@@ -166,11 +182,20 @@ func fromFlags(cfg config.Config) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &File{}
+	witnesses, err := cfg.Witnesses(ms)
+	if err != nil {
+		return nil, err
+	}
+	m := &File{Witness: cfg.IsWitness()}
 	h := fnv.New64a()
 	for _, x := range ms {
-		m.Members = append(m.Members, FileMember{Name: x.Name, ID: uint64(IDOf(x.Name)), PeerAddr: x.PeerAddr})
+		m.Members = append(m.Members, FileMember{Name: x.Name, ID: uint64(IDOf(x.Name)), PeerAddr: x.PeerAddr, Witness: witnesses[x.Name]})
 		fmt.Fprintf(h, "%s=%s,", x.Name, x.PeerAddr)
+		if witnesses[x.Name] {
+			// Two clusters founded from the same members but with other
+			// witnesses disagree on who holds data: keep them apart.
+			fmt.Fprintf(h, "witness,")
+		}
 	}
 	sort.Slice(m.Members, func(i, j int) bool { return m.Members[i].Name < m.Members[j].Name })
 	// Nodes bootstrapped from the same --initial-cluster share an ID; a node

@@ -46,7 +46,7 @@ func advertise(configured, bound string) string {
 // saves the cluster it answered with as this node's membership.
 func Join(ctx context.Context, cfg config.Config, adv Advertised, path string) (*File, error) {
 	body, err := json.Marshal(httpapi.MemberInfo{Name: cfg.Name, PeerAddr: adv.Peer, HTTPAddr: adv.HTTP, MemcacheAddr: adv.Memcache,
-		MaxClusterVersion: command.ClusterVersionMax})
+		Witness: cfg.Witness, MaxClusterVersion: command.ClusterVersionMax})
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +82,7 @@ func Join(ctx context.Context, cfg config.Config, adv Advertised, path string) (
 		if err != nil {
 			return nil, fmt.Errorf("join %s: bad member id %q", cfg.Join, x.ID)
 		}
-		m.Members = append(m.Members, FileMember{Name: x.Name, ID: id, PeerAddr: x.PeerAddr})
+		m.Members = append(m.Members, FileMember{Name: x.Name, ID: id, PeerAddr: x.PeerAddr, Witness: x.Witness})
 	}
 	for _, v := range info.BootstrapVoters {
 		id, err := strconv.ParseUint(v, 16, 64)
@@ -95,7 +95,7 @@ func Join(ctx context.Context, cfg config.Config, adv Advertised, path string) (
 		return nil, fmt.Errorf("join %s: the answer names no bootstrap voters", cfg.Join)
 	}
 	m.AddedAt = info.AddedAt
-	m.Self, m.ListenPeerAddr = cfg.Name, cfg.PeerAddr
+	m.Self, m.ListenPeerAddr, m.Witness = cfg.Name, cfg.PeerAddr, cfg.Witness
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return nil, err

@@ -40,6 +40,10 @@ type KV interface {
 
 // Config of the semantics.
 type Config struct {
+	// Witness, set on a witness, refuses every data command with
+	// SERVER_ERROR and the sentence it returns, which names the data
+	// members; version, verbosity, stats, quit and noop are answered.
+	Witness func() string
 	// MaxItemSize and MaxConnections are shown by `stats settings` (the
 	// listener and the codecs enforce them).
 	MaxItemSize    int

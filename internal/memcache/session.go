@@ -47,6 +47,10 @@ var storageOps = map[mcproto.Op]command.Op{
 // Handle turns one request into its reply (final, or pending on writes).
 func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 	st, enc, e := ss.s.stats, ss.enc, req.Echo
+	if w := ss.s.cfg.Witness; w != nil && !witnessAnswers(req.Op) {
+		st.count(0, ResultError, 1)
+		return mcserver.Final(enc.AppendError(nil, e, mcproto.KindServer, w()))
+	}
 	switch req.Op {
 	case mcproto.OpGet, mcproto.OpGets:
 		return ss.get(req)
@@ -110,6 +114,16 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 	}
 	st.count(0, ResultError, 1)
 	return mcserver.Final(enc.AppendError(nil, e, mcproto.KindError, ""))
+}
+
+// witnessAnswers reports whether a witness answers op itself: everything
+// but the data.
+func witnessAnswers(op mcproto.Op) bool {
+	switch op {
+	case mcproto.OpVersion, mcproto.OpVerbosity, mcproto.OpQuit, mcproto.OpNoop, mcproto.OpStats:
+		return true
+	}
+	return false
 }
 
 // store answers set, add, replace, append, prepend and cas.

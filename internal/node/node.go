@@ -94,6 +94,10 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	}()
 	// raftlog.Open creates the data dir and fsyncs every directory entry it
 	// adds, so that a power loss cannot take the fresh directory back.
+	witness := cfg.IsWitness()
+	if err := checkRole(cfg.DataDir, witness); err != nil {
+		return nil, err
+	}
 
 	// The durable log (segment files) and the state it produces (Pebble).
 	logSync := metrics.NewSyncObserver() // fsync latency, observed from the first write on
@@ -107,13 +111,18 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		logger.Warn("the open-file limit is low for max-connections: raise it (ulimit -n, LimitNOFILE)",
 			"limit", limit, "max_connections", cfg.MaxConnections, "want_at_least", uint64(cfg.MaxConnections)+fileReserve+minStoreFiles)
 	}
-	n.state, err = fsm.Open(filepath.Join(cfg.DataDir, "state"), logger.With("component", "fsm"), fsm.Options{
+	fopts := fsm.Options{
 		CacheBytes: int64(cfg.CacheSize), ItemCacheBytes: itemCacheBytes(cfg.ItemCacheSize),
 		MaxOpenFiles: storeFiles,
 		// The log is compacted up to what the store holds on disk: flush at
 		// least as often as the log is meant to be compacted.
 		FlushAfterEntries: cfg.SnapshotCount,
-		RetryPause:        func(failures uint64) { time.Sleep(retryBackoff(failures)) }})
+		RetryPause:        func(failures uint64) { time.Sleep(retryBackoff(failures)) }}
+	if witness {
+		// The member table and a few counters: no cache is worth its memory.
+		fopts.Witness, fopts.CacheBytes, fopts.ItemCacheBytes = true, witnessCacheBytes, -1
+	}
+	n.state, err = fsm.Open(filepath.Join(cfg.DataDir, storeDir(witness)), logger.With("component", "fsm"), fopts)
 	if err != nil {
 		return nil, fmt.Errorf("open state store: %w", err)
 	}
@@ -128,12 +137,18 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		CompactEvery:   cfg.SnapshotCount,
 		CompactKeep:    cfg.SnapshotCatchupEntries,
 		MaxPending:     cfg.MaxPending,
+		Witness:        witness,
+		// Asked only once the loop runs, after n.members is set below.
+		IsWitness: func(id replica.NodeID) bool { return n.members.IsWitness(id) },
 	}
 	// Who the members are: cluster.json, written at the first start (from
 	// --initial-cluster, or from the answer to --join).
 	ms, err := membership.Open(ctx, cfg, n.log.IsEmpty(), logger)
 	if err != nil {
 		return nil, err
+	}
+	if ms.Witness != witness {
+		return nil, roleMismatch(cfg.DataDir, ms.Witness)
 	}
 	for _, v := range ms.BootstrapVoters() {
 		rcfg.Peers = append(rcfg.Peers, replica.NodeID(v))
@@ -149,7 +164,7 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		RequestTimeout: cfg.RequestTimeout,
 		Transport: transport.Config{LocalID: uint64(rcfg.ID), ListenAddr: cfg.PeerAddr,
 			// Snapshots are staged in the data dir, beside state/ they replace.
-			Snapshots: n.state, SnapshotDir: cfg.DataDir},
+			Snapshots: snapshotSource{n}, SnapshotDir: cfg.DataDir},
 		Handler: n.rep,
 	}, ms, n.rep, n.state, logger)
 	if err != nil {
@@ -171,19 +186,22 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	sweepCtx, n.stopSweep = context.WithCancel(context.Background())
 	// Refuse writes politely while the disk is nearly full: a write the
 	// raft log cannot persist stops the node.
-	if free := freeSpace(cfg.DataDir); cfg.MinFreeDisk > 0 && free != nil {
+	if free := freeSpace(cfg.DataDir); cfg.MinFreeDisk > 0 && free != nil && !witness {
 		g := kv.NewSpaceGuard(uint64(cfg.MinFreeDisk), free, logger.With("component", "disk"))
 		g.Check()
 		n.kv.GuardSpace(g)
 		go g.Run(sweepCtx, time.Second)
 	}
-	go n.kv.RunExpirySweeper(sweepCtx)
+	if !witness {
+		go n.kv.RunExpirySweeper(sweepCtx)
+	}
 	var watchCtx context.Context
 	watchCtx, n.stopWatch = context.WithCancel(context.Background())
 
 	n.memcache = memcache.New(memcache.Config{
 		Name:           cfg.Name,
 		MemberName:     func(id kv.NodeID) string { m, _ := n.members.Member(id); return m.Name },
+		Witness:        n.witnessRefusal(witness, false),
 		MaxItemSize:    int(cfg.MaxItemSize),
 		MaxConnections: cfg.MaxConnections,
 	}, n.kv, logger.With("component", "memcache"))
@@ -208,10 +226,11 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 			PeerName:  func(id uint64) string { m, _ := n.members.Member(kv.NodeID(id)); return m.Name },
 		}})
 	var handler http.Handler = httpapi.New(n.kv, logger.With("component", "http"), httpapi.Options{
-		Self:      httpapi.MemberInfo{Name: cfg.Name, PeerAddr: adv.Peer, HTTPAddr: adv.HTTP, MemcacheAddr: adv.Memcache},
+		Self:      httpapi.MemberInfo{Name: cfg.Name, PeerAddr: adv.Peer, HTTPAddr: adv.HTTP, MemcacheAddr: adv.Memcache, Witness: witness},
 		Directory: n.members,
 		Admin:     n.members,
 		Metrics:   reg,
+		Witness:   n.witnessRefusal(witness, true),
 	})
 	// The profiler stays outside the deadline: a trace streams for as long
 	// as it was asked to run.

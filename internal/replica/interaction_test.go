@@ -37,6 +37,9 @@ import (
 // comments. Commands:
 //
 //	start voters=1,2,3      build and start a replica per voter
+//	  witnesses=3           … of which these are witnesses
+//	transfer id=1 to=3      ask node 1 to hand leadership to 3 (0: the
+//	                        best successor); prints a refusal
 //	tick id=1 n=20          n ticks of node 1's clock, settling after each
 //	propose id=1 data=x     propose x at node 1
 //	partition 1,2 3         messages cross no group boundary (a node in
@@ -129,6 +132,8 @@ type interactionEnv struct {
 	net   *transport.MemNetwork
 	ids   []NodeID
 	nodes map[NodeID]*scriptNode
+	// witnesses are the members started as witnesses (start witnesses=…).
+	witnesses map[NodeID]bool
 	next  uint64 // request IDs
 
 	mu    sync.Mutex
@@ -175,8 +180,32 @@ func (e *interactionEnv) run(cmd string) string {
 			require.NoError(t, err, cmd)
 			e.ids = append(e.ids, NodeID(id))
 		}
+		e.witnesses = map[NodeID]bool{}
+		for _, s := range strings.Split(args["witnesses"], ",") {
+			if s == "" {
+				continue
+			}
+			id, err := strconv.ParseUint(s, 10, 64)
+			require.NoError(t, err, cmd)
+			e.witnesses[NodeID(id)] = true
+		}
 		for _, id := range e.ids {
 			e.start(id)
+		}
+	case "transfer":
+		n := e.node(NodeID(num("id")))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		// Ticks are the script's: a transfer that raft takes cannot end
+		// before the script ticks, so only its refusal is awaited.
+		errc := make(chan error, 1)
+		go func() { _, err := n.r.TransferLeadership(ctx, NodeID(num("to"))); errc <- err }()
+		select {
+		case err := <-errc:
+			if err != nil {
+				return "error: " + err.Error()
+			}
+		case <-time.After(100 * time.Millisecond):
 		}
 	case "tick":
 		n := e.node(NodeID(num("id")))
@@ -242,7 +271,8 @@ func (e *interactionEnv) start(id NodeID) {
 	l, err := raftlog.Open("raft", nil, raftlog.Options{FS: vfs.NewMem()})
 	require.NoError(t, err)
 	n := &scriptNode{ticks: make(chan time.Time), sm: &scriptSM{}}
-	cfg := Config{ID: id, Peers: e.ids, ElectionTicks: 10, HeartbeatTicks: 1, Ticks: n.ticks}
+	cfg := Config{ID: id, Peers: e.ids, ElectionTicks: 10, HeartbeatTicks: 1, Ticks: n.ticks,
+		Witness: e.witnesses[id], IsWitness: func(id NodeID) bool { return e.witnesses[id] }}
 	n.r, err = New(cfg, l, n.sm, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	tr := e.net.Transport(uint64(id), countingHandler{Handler: n.r, delivered: &e.delivered})

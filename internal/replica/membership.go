@@ -49,6 +49,8 @@ var (
 	// others down).
 	ErrNoTransferTarget = errors.New("no other voter to transfer to: none has answered the leader lately")
 	ErrRemoved          = errors.New("this member was removed from the cluster")
+	// ErrWitnessTarget refuses to make a witness leader.
+	ErrWitnessTarget = errors.New("it is a witness, which holds no data and never leads")
 	// ErrTransferring: raft takes no proposal while leadership is being
 	// handed over, which ends within an election timeout. Retry.
 	ErrTransferring = errors.New("a leadership transfer is in progress; retry in a moment")
@@ -243,13 +245,16 @@ func (r *Replica) TransferLeadership(ctx context.Context, to NodeID) (NodeID, er
 		}
 		voters := r.confState.GetVoters()
 		if to == 0 {
-			to = NodeID(bestSuccessor(st, voters, r.heardFrom))
+			to = NodeID(bestSuccessor(st, voters, r.heardFrom, r.isWitness))
 			if to == 0 {
 				return fmt.Errorf("transfer leadership: %w", ErrNoTransferTarget)
 			}
 		}
 		if !slices.Contains(voters, uint64(to)) {
 			return fmt.Errorf("transfer leadership to %x: %w (or not a voter)", to, ErrUnknownMember)
+		}
+		if r.isWitness(uint64(to)) {
+			return fmt.Errorf("transfer leadership to %x: %w", to, ErrWitnessTarget)
 		}
 		if to == from {
 			return nil
@@ -281,12 +286,12 @@ func (r *Replica) TransferLeadership(ctx context.Context, to NodeID) (NodeID, er
 
 // bestSuccessor is the voter, other than the leader, with the most of the
 // log, among those the leader hears from.
-func bestSuccessor(st raft.Status, voters []uint64, heard func(uint64, tracker.Progress) bool) uint64 {
+func bestSuccessor(st raft.Status, voters []uint64, heard func(uint64, tracker.Progress) bool, witness func(uint64) bool) uint64 {
 	var best uint64
 	var bestMatch uint64
 	for _, v := range voters {
 		pr, ok := st.Progress[v]
-		if v == st.ID || !ok || !heard(v, pr) {
+		if v == st.ID || !ok || !heard(v, pr) || witness(v) {
 			continue
 		}
 		if best == 0 || pr.Match > bestMatch {

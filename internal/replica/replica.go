@@ -158,6 +158,13 @@ type Config struct {
 	// readers retry in a new one (readBatcher.roundInFlight); the default is
 	// half an election timeout.
 	ReadRetry time.Duration
+	// Witness makes this member a witness: it votes and acknowledges like
+	// any voter but never asks for votes, and ignores a leadership
+	// transfer's order to campaign, so it is never leader (docs/witness.md).
+	Witness bool
+	// IsWitness, when set, says which members are witnesses: a leader never
+	// hands leadership to one, and a member never grants one its vote.
+	IsWitness func(NodeID) bool
 }
 
 // WithDefaults returns c with zero fields set to kvd's defaults.
@@ -891,7 +898,7 @@ func (r *Replica) flushProposals() {
 }
 
 func (r *Replica) step(m *pb.Message) {
-	if r.refusesVote(m) {
+	if r.refusesVote(m) || r.refusesWitness(m) {
 		return
 	}
 	if err := r.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
@@ -1013,7 +1020,11 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 	}
 	if !raft.IsEmptyHardState(rd.HardState) || len(rd.Entries) > 0 {
 		start := time.Now()
-		if err := r.log.Save(rd.HardState, rd.Entries); err != nil {
+		ents := rd.Entries
+		if r.cfg.Witness {
+			ents = witnessEntries(ents)
+		}
+		if err := r.log.Save(rd.HardState, ents); err != nil {
 			return fmt.Errorf("persist raft log: %w", err)
 		}
 		if rd.MustSync && len(rd.Entries) > 0 {
@@ -1127,6 +1138,9 @@ func (r *Replica) send(msgs []*pb.Message) error {
 	}
 	if r.tr == nil {
 		return fmt.Errorf("raft produced %d messages for peers but this node has no transport", len(msgs))
+	}
+	if r.cfg.Witness {
+		msgs = withoutVoteRequests(msgs)
 	}
 	r.lease.sawMessages(msgs, r.rn.BasicStatus().GetTerm())
 	r.tr.Send(msgs)

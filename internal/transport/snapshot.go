@@ -26,9 +26,11 @@ import (
 // SnapshotSource is the local state store as the snapshot sender sees it
 // (fsm.FSM). The transport knows nothing of what the files hold.
 type SnapshotSource interface {
-	// Checkpoint writes a consistent copy of the state into dir, which does
-	// not exist yet, and returns an applied index the copy covers at least.
-	Checkpoint(dir string) (applied uint64, err error)
+	// Checkpoint writes a consistent copy of the state for member to into
+	// dir, which does not exist yet, and returns an applied index the copy
+	// covers at least. (What a member is sent may depend on what it keeps:
+	// a witness is sent no items.)
+	Checkpoint(dir string, to NodeID) (applied uint64, err error)
 }
 
 // Snapshot stream constants. The format is described in the package
@@ -185,7 +187,7 @@ func (s *snapshotter) stream(p *peer, m *pb.Message) (uint64, error) {
 			p.log.Warn("could not remove a sent checkpoint", "dir", dir, "err", err)
 		}
 	}()
-	applied, err := s.src.Checkpoint(dir)
+	applied, err := s.src.Checkpoint(dir, p.id)
 	if err != nil {
 		return 0, fmt.Errorf("checkpoint: %w", err)
 	}

@@ -181,7 +181,7 @@ type dirSource struct {
 	err     error
 }
 
-func (s *dirSource) Checkpoint(dir string) (uint64, error) {
+func (s *dirSource) Checkpoint(dir string, _ NodeID) (uint64, error) {
 	if s.err != nil {
 		return 0, s.err
 	}

@@ -50,7 +50,7 @@ let membersShown = "";
 function renderMembers(cluster) {
   const body = $("members").querySelector("tbody");
   const shown = JSON.stringify([cluster.leader || "", (cluster.members || []).map((m) =>
-    [m.self, m.id, m.name, m.kind, m.role, m.health, m.http_addr, m.memcache_addr])]);
+    [m.self, m.id, m.name, m.kind, m.witness, m.role, m.health, m.http_addr, m.memcache_addr])]);
   if (shown === membersShown) return;
   membersShown = shown;
   const rows = [];
@@ -59,7 +59,8 @@ function renderMembers(cluster) {
     if (m.self) tr.className = "self";
     cell(tr, m.id);
     cell(tr, m.name);
-    cell(tr, m.kind);
+    // A witness votes but holds no data: say so where the kind is shown.
+    cell(tr, m.witness ? m.kind + " (witness)" : m.kind);
     cell(tr, m.role);
     cell(tr, m.health, ["healthy", "unhealthy"].includes(m.health) ? m.health : "unknown");
     cell(tr, m.http_addr);
@@ -88,7 +89,7 @@ function actionsCell(cluster, m) {
     td.textContent = "–";
     return td;
   }
-  if (m.kind === "voter" && m.id !== cluster.leader) {
+  if (m.kind === "voter" && !m.witness && m.id !== cluster.leader) {
     td.appendChild(button("Make leader", "transfer", () => confirmAction({
       title: "Transfer leadership to " + m.name + "?",
       text: "The leader hands over to " + m.name + " (" + m.id + "). Writes pause for about one round trip.",
