@@ -6,7 +6,11 @@
 # restarted before the next round. Prints one line per kill and the median
 # and worst gap; writes the per-round JSON under $OUT.
 #
+# With WITNESS=1, n3 is a witness (docs/witness.md): the load runs over the
+# two data members, and the one that leads is killed each round.
+#
 #   make build && bench/failover.sh            # 5 kills
+#   WITNESS=1 bench/failover.sh                # two data members and a witness
 #   ROUNDS=10 EXTRA="--election-timeout 1s" bench/failover.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +18,11 @@ bin=${KVD_BIN:-bin/kvd}
 rounds=${ROUNDS:-5}
 out=${OUT:-bench/out/failover}
 extra=${EXTRA:-}
+servers=127.0.0.1:12411,127.0.0.1:12412,127.0.0.1:12413
+if [ "${WITNESS:-0}" = 1 ]; then
+  extra="$extra --initial-witnesses n3"
+  servers=127.0.0.1:12411,127.0.0.1:12412
+fi
 [ -x "$bin" ] || { echo "build kvd first: make build" >&2; exit 1; }
 for tool in curl jq; do
   command -v "$tool" >/dev/null || { echo "failover.sh needs $tool (apt-get install $tool)" >&2; exit 1; }
@@ -49,7 +58,7 @@ for i in 1 2 3; do ready "$i"; done
 
 gaps=()
 for r in $(seq 1 "$rounds"); do
-  "$bin" bench --servers 127.0.0.1:12411,127.0.0.1:12412,127.0.0.1:12413 \
+  "$bin" bench --servers "$servers" \
     --workload custom --get-set 0:1 --preload=false --concurrency 6 --duration 8s --timeout 1s \
     --failover --progress never --json "$out/round$r.json" >"$out/round$r.txt" 2>&1 &
   bench=$!

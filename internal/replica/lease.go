@@ -45,11 +45,17 @@ type readLease struct {
 // waited in the ticker's buffer, and the next may fire right after it, so the
 // ElectionTicks-th comes no sooner than ElectionTicks-2 intervals later. A
 // tenth of that is left for clock rate differences between the machines.
-func leaseDuration(cfg Config) time.Duration {
-	if !cfg.LeaseReads || cfg.ElectionTicks < 3 {
+// A witness among the voters refuses for fewer ticks (witness.go): the
+// lease is then counted from its window.
+func leaseDuration(cfg Config, witness bool) time.Duration {
+	ticks := cfg.ElectionTicks
+	if witness {
+		ticks = cfg.witnessVoteLeaseTicks()
+	}
+	if !cfg.LeaseReads || ticks < 3 {
 		return 0
 	}
-	return time.Duration(cfg.ElectionTicks-2) * cfg.TickInterval * 9 / 10
+	return time.Duration(ticks-2) * cfg.TickInterval * 9 / 10
 }
 
 // valid reports whether the lease covers a read arriving now, given the

@@ -19,16 +19,20 @@ func leaderStatus(term, commit, transferee uint64) raft.BasicStatus {
 
 func TestLeaseDuration(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		cfg  Config
-		want time.Duration
+		name    string
+		cfg     Config
+		witness bool
+		want    time.Duration
 	}{
-		{"off", Config{LeaseReads: false, ElectionTicks: 10, TickInterval: 50 * time.Millisecond}, 0},
-		{"defaults", Config{LeaseReads: true, ElectionTicks: 10, TickInterval: 50 * time.Millisecond}, 360 * time.Millisecond},
-		{"too few ticks to bound", Config{LeaseReads: true, ElectionTicks: 2, TickInterval: time.Second}, 0},
+		{"off", Config{LeaseReads: false, ElectionTicks: 10, TickInterval: 50 * time.Millisecond}, false, 0},
+		{"defaults", Config{LeaseReads: true, ElectionTicks: 10, TickInterval: 50 * time.Millisecond}, false, 360 * time.Millisecond},
+		{"too few ticks to bound", Config{LeaseReads: true, ElectionTicks: 2, TickInterval: time.Second}, false, 0},
+		// A witness refuses votes for two ticks fewer.
+		{"a witness voter", Config{LeaseReads: true, ElectionTicks: 10, HeartbeatTicks: 1, TickInterval: 50 * time.Millisecond}, true, 270 * time.Millisecond},
+		{"a witness voter, few ticks", Config{LeaseReads: true, ElectionTicks: 4, HeartbeatTicks: 1, TickInterval: 50 * time.Millisecond}, true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.want, leaseDuration(tc.cfg))
+			require.Equal(t, tc.want, leaseDuration(tc.cfg, tc.witness))
 		})
 	}
 }

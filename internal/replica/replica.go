@@ -370,7 +370,7 @@ func New(cfg Config, log LogStore, sm StateMachine, logger *slog.Logger) (*Repli
 	storage := &snapshotStorage{LogStore: log}
 	rcfg := &raft.Config{
 		ID:                        uint64(cfg.ID),
-		ElectionTick:              cfg.ElectionTicks,
+		ElectionTick:              cfg.voteLeaseTicks(),
 		HeartbeatTick:             cfg.HeartbeatTicks,
 		Storage:                   storage,
 		Applied:                   compacted,
@@ -398,7 +398,7 @@ func New(cfg Config, log LogStore, sm StateMachine, logger *slog.Logger) (*Repli
 		done:        make(chan struct{}),
 		waits:       newWaitRegistry(),
 		reads:       newReadBatcher(),
-		lease:       readLease{dur: leaseDuration(cfg)},
+		lease:       readLease{dur: leaseDuration(cfg, false)},
 		confState:   proto.Clone(cs).(*pb.ConfState),
 		lastCompact: compacted,
 		startCommit: hs.GetCommit(),
@@ -667,6 +667,7 @@ func (r *Replica) fail(err error) {
 
 func (r *Replica) run() {
 	defer r.finish()
+	r.refreshLease()
 	ticks := r.cfg.Ticks
 	if ticks == nil {
 		ticker := time.NewTicker(r.cfg.TickInterval)
@@ -917,7 +918,7 @@ func (r *Replica) step(m *pb.Message) {
 // ticks, as if it had heard from a leader as it started; a leadership
 // transfer's votes pass, as they pass raft's own refusal.
 func (r *Replica) refusesVote(m *pb.Message) bool {
-	if r.lease.dur == 0 || r.ticks >= uint64(r.cfg.ElectionTicks) {
+	if r.lease.dur == 0 || r.ticks >= uint64(r.cfg.voteLeaseTicks()) {
 		return false
 	}
 	if t := m.GetType(); t != pb.MsgVote && t != pb.MsgPreVote {
@@ -1204,6 +1205,7 @@ func (r *Replica) applyConfChange(e *pb.Entry) (*ConfChange, uint64, error) {
 	}
 	r.confState = r.rn.ApplyConfChange(cci)
 	r.lastConfChange = e.GetIndex()
+	r.refreshLease()
 	r.logger.Info("applied configuration change", "index", e.GetIndex(), "voters", r.confState.GetVoters(), "learners", r.confState.GetLearners())
 	// kvd proposes only single-member v1 changes; anything else (none today)
 	// changes raft's configuration but not the member table.

@@ -162,6 +162,7 @@ func (r *Replica) installSnapshot(snap *pb.Snapshot) error {
 	r.lastCompact = idx
 	r.span.reset()
 	r.confState = proto.Clone(pb.EnsureConfState(meta.GetConfState())).(*pb.ConfState)
+	r.refreshLease()
 	d := time.Since(start)
 	t.installed.Add(1)
 	t.lastIndex.Store(idx)

@@ -1,6 +1,8 @@
 package replica
 
 import (
+	"time"
+
 	pb "go.etcd.io/raft/v3/raftpb"
 
 	"github.com/kvd-project/kvd/internal/command"
@@ -56,6 +58,45 @@ func witnessEntries(ents []*pb.Entry) []*pb.Entry {
 		return ents
 	}
 	return out
+}
+
+// A witness's election timeout, which is also how long it refuses votes
+// after hearing from a leader (raft's vote lease under CheckQuorum), is
+// witnessLeaseMargin ticks shorter than the data members'. A data member
+// campaigns no sooner than ElectionTicks ticks after its last heartbeat;
+// with the same window the witness could still be inside its own and
+// ignore the request, and the candidate would try again only after another
+// randomized timeout, up to two more election timeouts. No data member can
+// stand in for it: in a 2+1 cluster the witness's vote is the only one a
+// surviving data member can get. Two ticks cover the tick phases of the two
+// processes.
+const witnessLeaseMargin = 2
+
+// voteLeaseTicks is this member's raft election timeout, in ticks.
+func (c Config) voteLeaseTicks() int {
+	if c.Witness {
+		return c.witnessVoteLeaseTicks()
+	}
+	return c.ElectionTicks
+}
+
+// witnessVoteLeaseTicks is a witness's election timeout: raft needs it
+// longer than the heartbeat.
+func (c Config) witnessVoteLeaseTicks() int {
+	return max(c.ElectionTicks-witnessLeaseMargin, c.HeartbeatTicks+1)
+}
+
+// refreshLease sizes the read lease for the voters now in the
+// configuration: shorter while a witness is among them. A lease earned
+// under the longer size is dropped.
+func (r *Replica) refreshLease() {
+	witness := false
+	for _, id := range r.confState.GetVoters() {
+		witness = witness || r.isWitness(id)
+	}
+	if d := leaseDuration(r.cfg, witness); d != r.lease.dur {
+		r.lease.dur, r.lease.until = d, time.Time{}
+	}
 }
 
 // isWitness reports whether id is a witness, as the node's member table says.

@@ -116,6 +116,19 @@ func (p *peer) run() {
 		case <-p.ctx.Done():
 			p.dropQueued()
 			return
+		case <-w.closed: // nil while not connected
+			if p.ctx.Err() == nil {
+				p.log.Info("peer closed our connection; dialling again at the next message")
+			}
+			// A connection the far side drops at once is a failure like a
+			// refused dial, and backs off the next; one that lasted was
+			// a peer going away, to be dialled again without delay.
+			young := time.Since(w.connectedAt) < p.t.cfg.MaxBackoff
+			w.disconnect()
+			if young {
+				fail()
+			}
+			continue
 		case first = <-p.queue:
 		case <-p.probe:
 			// Dial only: a failure is not reported unreachable (no
@@ -212,6 +225,27 @@ type writer struct {
 	failText string // failureKey of the last failure logged at warn
 	// connectedAt is when the handshake of conn completed.
 	connectedAt time.Time
+	// closed is closed when the far side closes conn (or it fails): see
+	// watch.
+	closed chan struct{}
+}
+
+// watch reads conn, on which the acceptor sends nothing after the
+// handshake, until it fails, then closes closed. A peer that dies or
+// restarts closes the connection from its side at once; without a read,
+// that would be noticed only at the next write, which fails, and the
+// messages in it are lost. A member that sends to a peer rarely (a
+// follower to another follower, whose first message after a leader's
+// death is its vote) would lose exactly the message that mattered, and
+// the election would wait for another timeout.
+func watch(conn net.Conn, closed chan struct{}) {
+	defer close(closed)
+	var buf [64]byte
+	for {
+		if _, err := conn.Read(buf[:]); err != nil {
+			return
+		}
+	}
 }
 
 // refusedError is a handshake the remote side answered with a refusal.
@@ -254,6 +288,12 @@ func (w *writer) connect() error {
 	}
 	w.conn, w.connectedAt = conn, time.Now()
 	w.release = afterFunc(p.ctx, func() { conn.Close() })
+	w.closed = make(chan struct{})
+	p.t.wg.Add(1)
+	go func() {
+		defer p.t.wg.Done()
+		watch(conn, w.closed)
+	}()
 	p.connected.Store(true)
 	p.rtt.Store(int64(rtt))
 	w.failText = ""
@@ -299,7 +339,7 @@ func (w *writer) disconnect() {
 	}
 	w.release()
 	w.conn.Close()
-	w.conn = nil
+	w.conn, w.closed = nil, nil
 	w.p.connected.Store(false)
 }
 
