@@ -101,7 +101,13 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 
 	// The durable log (segment files) and the state it produces (Pebble).
 	logSync := metrics.NewSyncObserver() // fsync latency, observed from the first write on
-	n.log, err = raftlog.Open(filepath.Join(cfg.DataDir, "raft"), logger, raftlog.Options{ObserveSync: logSync.Observe})
+	lopts := raftlog.Options{ObserveSync: logSync.Observe}
+	if witness {
+		// A witness's entries are a few dozen bytes each (it drops data
+		// payloads): small segments keep its disk small too.
+		lopts.SegmentBytes, lopts.SpareSegments, lopts.TailCacheBytes = witnessSegmentBytes, 1, witnessSegmentBytes
+	}
+	n.log, err = raftlog.Open(filepath.Join(cfg.DataDir, "raft"), logger, lopts)
 	if err != nil {
 		return nil, fmt.Errorf("open raft log: %w", err)
 	}

@@ -22,6 +22,9 @@ const (
 	// witnessCacheBytes is the witness's Pebble block cache: its store
 	// is a few keys.
 	witnessCacheBytes = 1 << 20
+	// witnessSegmentBytes sizes a witness's raft log segments (a data
+	// member's are 64 MiB): 4 MiB hold some 100,000 of its entries.
+	witnessSegmentBytes = 4 << 20
 )
 
 func storeDir(witness bool) string {
