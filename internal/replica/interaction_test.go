@@ -134,7 +134,7 @@ type interactionEnv struct {
 	nodes map[NodeID]*scriptNode
 	// witnesses are the members started as witnesses (start witnesses=…).
 	witnesses map[NodeID]bool
-	next  uint64 // request IDs
+	next      uint64 // request IDs
 
 	mu    sync.Mutex
 	group map[uint64]int // partition: node → group; nil when healed
