@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -325,4 +326,99 @@ func TestWitnessJoinsAndIsReplaced(t *testing.T) {
 	it, err := mcClient(procs[1-lead].MemcacheAddr).Get("k499")
 	require.NoError(t, err)
 	require.Equal(t, value, string(it.Value))
+}
+
+// TestWitnessWithAFullDiskStopsAndLosesNothing puts a witness's data dir
+// on a small tmpfs that another program fills. The witness cannot persist
+// what it would acknowledge, so it must stop acknowledging, loudly (its
+// log names the cause, and it exits), while the two data members go on as
+// a quorum of their own; given room, it starts again, catches up, and the
+// cluster survives a data member's loss with every acknowledged write.
+// It needs to mount a tmpfs (root, as in CI); elsewhere it is skipped.
+func TestWitnessWithAFullDiskStopsAndLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a filesystem under a witness")
+	}
+	mnt := filepath.Join(t.TempDir(), "fs")
+	require.NoError(t, os.Mkdir(mnt, 0o755))
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (%v: %s)", err, strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", mnt, err, out)
+		}
+	})
+	peers := []string{kvdproc.FreeAddr(t), kvdproc.FreeAddr(t), kvdproc.FreeAddr(t)}
+	cluster := fmt.Sprintf("n1=%s,n2=%s,n3=%s", peers[0], peers[1], peers[2])
+	procs := make([]*kvdproc.Proc, 3)
+	for i := range procs {
+		name := fmt.Sprintf("n%d", i+1)
+		dir := filepath.Join(t.TempDir(), name)
+		if i == 2 {
+			dir = filepath.Join(mnt, name)
+		}
+		procs[i] = kvdproc.Launch(t, dir, name, "--peer-addr", peers[i], "--initial-cluster", cluster, "--initial-witnesses", "n3",
+			"--min-free-disk", "0", "--snapshot-count", "500", "--snapshot-catchup-entries", "100")
+	}
+	for _, p := range procs {
+		p.WaitReady()
+	}
+	w := procs[2]
+
+	filler, err := os.Create(filepath.Join(mnt, "filler"))
+	require.NoError(t, err)
+	chunk := make([]byte, 1<<20)
+	for range 64 { // more than the filesystem holds
+		if _, err = filler.Write(chunk); err != nil {
+			break
+		}
+	}
+	require.ErrorIs(t, err, syscall.ENOSPC, "the filler did not fill the filesystem")
+	require.NoError(t, filler.Close())
+
+	// Writes go on through the data members until the witness gives up,
+	// once its raft log needs a segment it cannot have: a pipelined writer
+	// gets there sooner than the three sequential ones.
+	load := startFailoverLoad(t, procs[0].MemcacheAddr, procs[1].MemcacheAddr)
+	pipelined := map[string]string{}
+	rc := dial(t, procs[0].MemcacheAddr)
+	const depth = 64
+	for i := 0; ; i += depth {
+		var b strings.Builder
+		for j := i; j < i+depth; j++ {
+			fmt.Fprintf(&b, "set p%d 0 0 %d\r\nv%d\r\n", j, len(fmt.Sprint(j))+1, j)
+		}
+		require.NoError(t, rc.c.SetDeadline(time.Now().Add(30*time.Second)))
+		rc.send(b.String())
+		for j := i; j < i+depth; j++ {
+			if rc.line() == "STORED" {
+				pipelined[fmt.Sprintf("p%d", j)] = fmt.Sprintf("v%d", j)
+			}
+		}
+		select {
+		case <-w.Exited():
+		default:
+			require.Less(t, i, 2_000_000, "the witness still runs after 2 M writes it cannot persist\n%s", tail(w.Log.String(), 20))
+			continue
+		}
+		break
+	}
+	load.requireProgress(t, "the witness stopped")
+	log := w.Log.String()
+	require.NotZero(t, w.ExitCode(), "the witness exited cleanly although it could not write\n%s", log)
+	require.Contains(t, log, "no space left on device", "the log names the cause")
+
+	// Room again: the witness comes back and the cluster survives a data
+	// member's loss with it.
+	require.NoError(t, os.Remove(filepath.Join(mnt, "filler")))
+	procs[2] = w.Restart()
+	lead := leaderOf(t, procs[:2])
+	load.requireProgress(t, "the witness back")
+	procs[lead].Kill()
+	load.requireProgress(t, procs[lead].Name+" killed")
+	acked := load.stop()
+	t.Logf("%d writes acknowledged, and %d pipelined ones", len(acked), len(pipelined))
+	requireAllRead(t, procs[1-lead], acked)
+	requireAllRead(t, procs[1-lead], pipelined)
 }
