@@ -314,3 +314,26 @@ func TestAdminChangeRefusedForNowIsRetryable(t *testing.T) {
 		srv.Close()
 	}
 }
+
+// A witness refuses every data request with 421 and the sentence naming
+// the data members, and answers the rest (health, cluster, version).
+func TestWitnessRefusesDataRequests(t *testing.T) {
+	n := startNode(t)
+	const why = "this member is a witness and holds no data: send data requests to a data member: n1 (h:1)"
+	srv := httptest.NewServer(httpapi.New(n.KV(), slog.New(slog.NewTextHandler(io.Discard, nil)),
+		httpapi.Options{Witness: func() string { return why }}))
+	t.Cleanup(srv.Close)
+	c := newClient(t, srv.URL)
+	for _, r := range []response{
+		c.get("/v1/kv/k"),
+		c.put("/v1/kv/k", "v"),
+		c.do(http.MethodDelete, "/v1/kv/k", nil),
+		c.get("/v1/kv?prefix=k"),
+		c.get("/v1/kv/a%2Fb?consistency=local"),
+	} {
+		require.Equal(t, why, expectError(t, r, http.StatusMisdirectedRequest, "witness"))
+	}
+	for _, path := range []string{"/healthz", "/v1/cluster", "/v1/version"} {
+		require.Equal(t, http.StatusOK, c.get(path).status, path)
+	}
+}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net/http"
@@ -211,12 +212,27 @@ func TestWitnessRefusesDataAndForeignDataDirs(t *testing.T) {
 	}
 	rc.send("get a\r\n")
 	require.Contains(t, rc.line(), "SERVER_ERROR this member is a witness")
+	rc.send("mg a v\r\n")
+	require.Contains(t, rc.line(), "SERVER_ERROR this member is a witness")
 	rc.send("version\r\n")
 	require.True(t, strings.HasPrefix(rc.line(), "VERSION "))
 
+	// The binary protocol, on its own connection: a GET of "a".
+	bc := dial(t, w.MemcacheAddr)
+	bc.send(string([]byte{0x80, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 'a'}))
+	var hdr [24]byte
+	_, err := io.ReadFull(bc.r, hdr[:])
+	require.NoError(t, err)
+	require.Equal(t, byte(0x81), hdr[0])
+	require.NotZero(t, binary.BigEndian.Uint16(hdr[6:8]), "a binary GET on a witness fails")
+	body := make([]byte, binary.BigEndian.Uint32(hdr[8:12]))
+	_, err = io.ReadFull(bc.r, body)
+	require.NoError(t, err)
+	require.Contains(t, string(body), "witness")
+
 	resp, err := http.Get("http://" + w.HTTPAddr + "/v1/kv/a")
 	require.NoError(t, err)
-	body, _ := io.ReadAll(resp.Body)
+	body, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.Equal(t, http.StatusMisdirectedRequest, resp.StatusCode)
 	require.Contains(t, string(body), `"code":"witness"`)
