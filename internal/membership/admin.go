@@ -179,16 +179,19 @@ func (c *Controller) checkWitnessAdd(st replica.Status) error {
 	return nil
 }
 
-// countRoles counts the voters and learners by role, leaving out except.
+// countRoles counts the data members among the voters and the witnesses
+// among voters and learners, leaving out except. A data learner is not
+// counted (it may never be promoted), a witness learner is (it will be).
 func (c *Controller) countRoles(st replica.Status, except replica.NodeID) (data, witnesses int) {
 	rows := c.rows()
-	for _, id := range slices.Concat(st.Voters, st.Learners) {
-		switch {
-		case id == except:
-		case rows[uint64(id)].Witness:
-			witnesses++
-		default:
+	for _, id := range st.Voters {
+		if id != except && !rows[uint64(id)].Witness {
 			data++
+		}
+	}
+	for _, id := range slices.Concat(st.Voters, st.Learners) {
+		if id != except && rows[uint64(id)].Witness {
+			witnesses++
 		}
 	}
 	return data, witnesses

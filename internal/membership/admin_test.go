@@ -116,3 +116,70 @@ func TestHealthy(t *testing.T) {
 	rep.progress = nil
 	require.Nil(t, c.Healthy(), "a follower judges nobody")
 }
+
+// The data members must outnumber the witnesses after every change: a
+// witness added, or a data member removed, that would leave them as many
+// is refused before anything is proposed; the rest go through.
+func TestWitnessChangesKeepDataMembersAhead(t *testing.T) {
+	ids := func(names ...string) []replica.NodeID {
+		var out []replica.NodeID
+		for _, n := range names {
+			out = append(out, IDOf(n))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name      string
+		witnesses []string // of n1, n2, n3 (cluster.json), plus the table's rows
+		voters    []string
+		learners  []string
+		add       *httpapi.MemberInfo
+		remove    string
+		refused   bool
+	}{
+		{name: "a witness added to two data members", voters: []string{"n1", "n2"}, add: &httpapi.MemberInfo{Name: "w", PeerAddr: "w:90", Witness: true}},
+		{name: "a second witness to 2+1", witnesses: []string{"n3"}, voters: []string{"n1", "n2", "n3"}, add: &httpapi.MemberInfo{Name: "w", PeerAddr: "w:90", Witness: true}, refused: true},
+		{name: "a witness to one data member", voters: []string{"n1"}, add: &httpapi.MemberInfo{Name: "w", PeerAddr: "w:90", Witness: true}, refused: true},
+		{name: "a witness while a learner joins counts it", witnesses: []string{"n3"}, voters: []string{"n1", "n2", "n3"}, learners: []string{"n4"}, add: &httpapi.MemberInfo{Name: "w", PeerAddr: "w:90", Witness: true}, refused: true},
+		{name: "a data member added to 2+1", witnesses: []string{"n3"}, voters: []string{"n1", "n2", "n3"}, add: &httpapi.MemberInfo{Name: "n4", PeerAddr: "n4:90"}},
+		{name: "a data member removed from 2+1", witnesses: []string{"n3"}, voters: []string{"n1", "n2", "n3"}, remove: "n2", refused: true},
+		{name: "the witness removed from 2+1", witnesses: []string{"n3"}, voters: []string{"n1", "n2", "n3"}, remove: "n3"},
+		{name: "a data member removed from 3+1", witnesses: []string{"n3"}, voters: []string{"n1", "n2", "n3", "n4"}, remove: "n2"},
+		{name: "a data member removed with no witness", voters: []string{"n1", "n2", "n3"}, remove: "n2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := &fakeReplica{st: replica.Status{Role: "leader", Voters: ids(tc.voters...), Learners: ids(tc.learners...)}}
+			c := newTestController(rep, &fakeState{rows: []fsm.Member{{ID: uint64(IDOf("n4")), Name: "n4", PeerAddr: "n4:90"}}})
+			for i, m := range c.file.Members {
+				for _, w := range tc.witnesses {
+					if m.Name == w {
+						c.file.Members[i].Witness = true
+					}
+				}
+			}
+			var err error
+			if tc.add != nil {
+				_, err = c.AddMember(context.Background(), *tc.add)
+			} else {
+				err = c.RemoveMember(context.Background(), tc.remove, false)
+			}
+			if tc.refused {
+				require.ErrorIs(t, err, kv.ErrWitnessQuorum)
+				require.Empty(t, rep.changes, "nothing proposed")
+			} else {
+				require.NoError(t, err)
+				require.Len(t, rep.changes, 1)
+			}
+		})
+	}
+}
+
+// A member registered as one role cannot join as the other.
+func TestJoinInAnotherRoleIsRefused(t *testing.T) {
+	rep := &fakeReplica{st: replica.Status{Role: "leader", Voters: []replica.NodeID{IDOf("n1"), IDOf("n2"), IDOf("n3")}}}
+	c := newTestController(rep, &fakeState{})
+	_, err := c.AddMember(context.Background(), httpapi.MemberInfo{Name: "n3", PeerAddr: "n3:90", Witness: true})
+	require.ErrorIs(t, err, kv.ErrMemberExists)
+	require.ErrorContains(t, err, "added as a data member and asks to join as a witness")
+	require.True(t, c.IsWitness(IDOf("n3")) == false)
+}
