@@ -71,7 +71,8 @@ func (n *Node) witnessRefusal(witness, http bool) func() string {
 				addr = m.HTTPAddr
 			}
 			if addr == "" {
-				addr = "address not published yet"
+				// Published shortly after it starts; until then, where it is.
+				addr = "its client addresses not published yet; peer address " + m.PeerAddr
 			}
 			to = append(to, fmt.Sprintf("%s (%s)", m.Name, addr))
 		}

@@ -37,16 +37,7 @@ func TestRealFullDiskStopsTheNodeAndLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fills a 200 MiB filesystem")
 	}
-	mnt := filepath.Join(t.TempDir(), "fs")
-	require.NoError(t, os.Mkdir(mnt, 0o755))
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=200m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v: %s)", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", mnt, err, out)
-		}
-	})
+	mnt := mountTmpfs(t, "200m")
 
 	p := kvdproc.Start(t, filepath.Join(mnt, "data"), "--min-free-disk", "0")
 	rc := dial(t, p.MemcacheAddr)
@@ -123,6 +114,23 @@ func TestRealFullDiskStopsTheNodeAndLosesNothing(t *testing.T) {
 	rc.send("set after 0 0 1\r\nx\r\n")
 	require.Equal(t, "STORED", rc.line(), "the node writes again once there is room")
 	q.Stop()
+}
+
+// mountTmpfs mounts a tmpfs of size for the test, which is skipped where
+// it cannot (mounting needs root, as in CI).
+func mountTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	mnt := filepath.Join(t.TempDir(), "fs")
+	require.NoError(t, os.Mkdir(mnt, 0o755))
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (%v: %s)", err, strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", mnt, err, out)
+		}
+	})
+	return mnt
 }
 
 // tail returns the last n lines of s.

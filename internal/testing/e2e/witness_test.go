@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -42,16 +41,13 @@ func runServe(t *testing.T, dir, name string, args ...string) (int, string) {
 // data member and, when it fails, to the other: what a client configured
 // with both data members does. It remembers every acknowledged write.
 type failoverLoad struct {
-	stopc chan struct{}
-	done  sync.WaitGroup
-	mu    sync.Mutex
-	addrs []string // the data members' memcache addresses, as they move
-	acked map[string]string
-	count atomic.Int64
+	load               // mu guards addrs too
+	addrs []string     // the data members' memcache addresses, as they move
+	count atomic.Int64 // acknowledged writes
 }
 
 func startFailoverLoad(t *testing.T, addrs ...string) *failoverLoad {
-	l := &failoverLoad{stopc: make(chan struct{}), addrs: addrs, acked: map[string]string{}}
+	l := &failoverLoad{load: load{stopc: make(chan struct{}), acked: map[string]string{}}, addrs: addrs}
 	for w := range 3 {
 		l.done.Add(1)
 		go func() {
@@ -94,18 +90,6 @@ func (l *failoverLoad) moved(i int, addr string) {
 	l.mu.Lock()
 	l.addrs[i] = addr
 	l.mu.Unlock()
-}
-
-func (l *failoverLoad) stop() map[string]string {
-	select {
-	case <-l.stopc:
-	default:
-		close(l.stopc)
-	}
-	l.done.Wait()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.acked
 }
 
 // requireProgress fails unless writes are acknowledged within the second
@@ -355,16 +339,7 @@ func TestWitnessWithAFullDiskStopsAndLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fills a filesystem under a witness")
 	}
-	mnt := filepath.Join(t.TempDir(), "fs")
-	require.NoError(t, os.Mkdir(mnt, 0o755))
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v: %s)", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", mnt, err, out)
-		}
-	})
+	mnt := mountTmpfs(t, "24m")
 	peers := []string{kvdproc.FreeAddr(t), kvdproc.FreeAddr(t), kvdproc.FreeAddr(t)}
 	cluster := fmt.Sprintf("n1=%s,n2=%s,n3=%s", peers[0], peers[1], peers[2])
 	procs := make([]*kvdproc.Proc, 3)
