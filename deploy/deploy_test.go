@@ -642,6 +642,32 @@ func TestSystemdUnitAndConfig(t *testing.T) {
 	if err := data.Validate(); err != nil || data.IsWitness() {
 		t.Errorf("kvd.yaml with kvd-witness.yaml's initial-cluster and initial-witnesses: %v (witness: %v); want a valid data node", err, data.IsWitness())
 	}
+	// And its lines for a witness that joins a running cluster, in place of
+	// the initial-* ones, make a config kvd loads as a witness.
+	joinLines := regexp.MustCompile(`(?m)^#   ((?:join|witness): .*)$`).FindAllStringSubmatch(text, -1)
+	var joined []string
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, "initial-") {
+			joined = append(joined, line)
+		}
+	}
+	for _, m := range joinLines {
+		joined = append(joined, m[1])
+	}
+	if len(joinLines) != 2 {
+		t.Errorf("kvd-witness.yaml: want the two lines (join:, witness:) of a witness that joins, got %q", joinLines)
+	} else {
+		path := filepath.Join(t.TempDir(), "kvd.yaml")
+		if err := os.WriteFile(path, []byte(strings.Join(joined, "\n")), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		j := config.Default()
+		if err := j.LoadFile(path); err != nil {
+			t.Errorf("kvd-witness.yaml with its join lines: %v", err)
+		} else if err := j.Validate(); err != nil || !j.IsWitness() || j.Join == "" {
+			t.Errorf("kvd-witness.yaml with its join lines: %v (witness: %v, join %q); want a valid witness that joins", err, j.IsWitness(), j.Join)
+		}
+	}
 
 	unit := map[string][]string{}
 	for _, line := range strings.Split(string(readFile(t, filepath.Join("systemd", "kvd.service"))), "\n") {
