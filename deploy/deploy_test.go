@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -275,9 +276,36 @@ type k8sStatefulSet struct {
 	} `yaml:"volumeClaimTemplates"`
 }
 
+// k8sMember is what a manifest's StatefulSet is meant to found: replicas
+// pods named after it, witnesses or data members.
+type k8sMember struct {
+	set      string
+	replicas int
+	witness  bool
+}
+
 func TestKubernetesManifests(t *testing.T) {
-	dec := yaml.NewDecoder(bytes.NewReader(readFile(t, filepath.Join("kubernetes", "kvd.yaml"))))
+	for _, m := range []struct {
+		file string
+		sets []k8sMember // in the order of the manifest, and of --initial-cluster
+	}{
+		{"kvd.yaml", []k8sMember{{"kvd", 3, false}}},
+		// Two data members and a witness: the witness in a StatefulSet of
+		// its own, so that it has its own pod template and resources.
+		{"kvd-witness.yaml", []k8sMember{{"kvd", 2, false}, {"kvd-witness", 1, true}}},
+	} {
+		t.Run(m.file, func(t *testing.T) { checkManifest(t, m.file, m.sets) })
+	}
+}
+
+// checkManifest checks one manifest: its StatefulSets against want, each
+// one's pod template against kvd serve, and the Services and the
+// PodDisruptionBudget against the pods they must select.
+func checkManifest(t *testing.T, file string, want []k8sMember) {
+	where := filepath.Join("kubernetes", file)
+	dec := yaml.NewDecoder(bytes.NewReader(readFile(t, where)))
 	services := map[string]k8sService{}
+	var serviceNames []string
 	var pdbs []k8sPDB
 	var sets []k8sStatefulSet
 	var setNames []string
@@ -288,7 +316,7 @@ func TestKubernetesManifests(t *testing.T) {
 			break
 		}
 		if err != nil {
-			t.Fatalf("kubernetes/kvd.yaml: %v", err)
+			t.Fatalf("%s: %v", where, err)
 		}
 		if obj.Kind == "" {
 			continue // an empty document (comments only)
@@ -306,6 +334,7 @@ func TestKubernetesManifests(t *testing.T) {
 			var s k8sService
 			decodeSpec(&s)
 			services[obj.Metadata.Name] = s
+			serviceNames = append(serviceNames, obj.Metadata.Name)
 		case "PodDisruptionBudget":
 			var p k8sPDB
 			decodeSpec(&p)
@@ -319,10 +348,94 @@ func TestKubernetesManifests(t *testing.T) {
 			t.Errorf("unexpected kind %s", obj.Kind)
 		}
 	}
-	if len(sets) != 1 || len(pdbs) != 1 {
-		t.Fatalf("want one StatefulSet and one PodDisruptionBudget, got %d and %d", len(sets), len(pdbs))
+	if len(sets) != len(want) || len(pdbs) != 1 {
+		t.Fatalf("want %d StatefulSet(s) and one PodDisruptionBudget, got %d and %d", len(want), len(sets), len(pdbs))
 	}
-	sts, stsName := sets[0], setNames[0]
+	matches := func(sel, labels map[string]string) bool {
+		for k, v := range sel {
+			if labels[k] != v {
+				return false
+			}
+		}
+		return len(sel) > 0
+	}
+
+	// The founding members, in order: every pod of every StatefulSet.
+	var cluster, witnesses []string
+	peerPort := 0
+	for i, w := range want {
+		if setNames[i] != w.set || sets[i].Replicas != w.replicas {
+			t.Fatalf("StatefulSet %d: %s with %d replicas, want %s with %d", i, setNames[i], sets[i].Replicas, w.set, w.replicas)
+		}
+		c := sets[i].Template.Spec.Containers
+		if len(c) != 1 {
+			t.Fatalf("%s: want one container, got %d", w.set, len(c))
+		}
+		p := port(t, "peer-addr", serveArgs(t, w.set+" args", c[0].Args)["peer-addr"])
+		if peerPort != 0 && p != peerPort {
+			t.Errorf("%s: --peer-addr port %d, but the other members' is %d", w.set, p, peerPort)
+		}
+		peerPort = p
+		for n := 0; n < w.replicas; n++ {
+			pod := fmt.Sprintf("%s-%d", w.set, n)
+			cluster = append(cluster, fmt.Sprintf("%s=%s.%s.$(POD_NAMESPACE).svc.cluster.local:%d", pod, pod, sets[i].ServiceName, peerPort))
+			if w.witness {
+				witnesses = append(witnesses, pod)
+			}
+		}
+	}
+
+	for i, w := range want {
+		checkStatefulSet(t, w, sets[i], services, strings.Join(cluster, ","), strings.Join(witnesses, ","))
+	}
+
+	// Disruptions count members, witnesses included: one at a time.
+	if p := pdbs[0]; p.MaxUnavailable == nil || *p.MaxUnavailable != 1 {
+		t.Errorf("PodDisruptionBudget: want maxUnavailable 1, got %+v", p)
+	}
+	for i, s := range sets {
+		if !matches(pdbs[0].Selector.MatchLabels, s.Template.Metadata.Labels) {
+			t.Errorf("PodDisruptionBudget selector %v misses the pods of %s (%v)", pdbs[0].Selector.MatchLabels, setNames[i], s.Template.Metadata.Labels)
+		}
+	}
+	// Clients reach the data members, and never a witness, which refuses
+	// every data request.
+	clientSvc, ok := services["kvd"]
+	if !ok || clientSvc.ClusterIP == "None" {
+		t.Errorf("client Service kvd: want a ClusterIP Service, got %+v", clientSvc)
+	}
+	for i, w := range want {
+		if sel := matches(clientSvc.Selector, sets[i].Template.Metadata.Labels); sel == w.witness {
+			t.Errorf("client Service kvd (selector %v): selects the pods of %s: %v, want %v (witness: %v)",
+				clientSvc.Selector, w.set, sel, !w.witness, w.witness)
+		}
+	}
+	// A Service's target ports are names every pod it selects defines.
+	for _, name := range serviceNames {
+		s := services[name]
+		for i, set := range sets {
+			if !matches(s.Selector, set.Template.Metadata.Labels) {
+				continue
+			}
+			ports := map[string]int{}
+			for _, p := range set.Template.Spec.Containers[0].Ports {
+				ports[p.Name] = p.ContainerPort
+			}
+			for _, p := range s.Ports {
+				if n, err := strconv.Atoi(p.TargetPort); (err != nil || n == 0) && ports[p.TargetPort] == 0 {
+					t.Errorf("Service %s port %s: targetPort %q names no container port of %s", name, p.Name, p.TargetPort, setNames[i])
+				}
+			}
+		}
+	}
+}
+
+// checkStatefulSet checks one StatefulSet's pod template: its arguments
+// against kvd serve's flags and the founding membership (cluster,
+// witnesses), its probes and ports against those arguments, its peer
+// Service, its volume and its shutdown bounds.
+func checkStatefulSet(t *testing.T, want k8sMember, sts k8sStatefulSet, services map[string]k8sService, cluster, witnesses string) {
+	stsName := want.set
 	podLabels := sts.Template.Metadata.Labels
 	matches := func(sel map[string]string) bool {
 		for k, v := range sel {
@@ -332,31 +445,21 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 		return len(sel) > 0
 	}
-
-	if sts.Replicas != 3 {
-		t.Errorf("replicas %d, want 3", sts.Replicas)
-	}
 	if sts.PodManagementPolicy != "Parallel" {
-		t.Errorf("podManagementPolicy %q: want Parallel (a member is ready only once a quorum exists)", sts.PodManagementPolicy)
+		t.Errorf("%s: podManagementPolicy %q: want Parallel (a member is ready only once a quorum exists)", stsName, sts.PodManagementPolicy)
 	}
 	if !matches(sts.Selector.MatchLabels) {
-		t.Errorf("StatefulSet selector %v does not match the pod labels %v", sts.Selector.MatchLabels, podLabels)
-	}
-	if p := pdbs[0]; p.MaxUnavailable == nil || *p.MaxUnavailable != 1 || !matches(p.Selector.MatchLabels) {
-		t.Errorf("PodDisruptionBudget: want maxUnavailable 1 selecting the pods, got %+v", p)
+		t.Errorf("%s: selector %v does not match the pod labels %v", stsName, sts.Selector.MatchLabels, podLabels)
 	}
 
-	if len(sts.Template.Spec.Containers) != 1 {
-		t.Fatalf("want one container, got %d", len(sts.Template.Spec.Containers))
-	}
 	c := sts.Template.Spec.Containers[0]
 	if len(c.Command) != 2 || c.Command[0] != "/kvd" || c.Command[1] != "serve" {
-		t.Errorf("command %q: want [/kvd serve]", c.Command)
+		t.Errorf("%s: command %q: want [/kvd serve]", stsName, c.Command)
 	}
-	flags := serveArgs(t, "StatefulSet args", c.Args)
+	flags := serveArgs(t, stsName+" args", c.Args)
 	for _, f := range []string{"name", "data-dir", "memcache-addr", "http-addr", "peer-addr", "initial-cluster"} {
 		if flags[f] == "" {
-			t.Fatalf("StatefulSet args: --%s missing", f)
+			t.Fatalf("%s args: --%s missing", stsName, f)
 		}
 	}
 
@@ -368,15 +471,15 @@ func TestKubernetesManifests(t *testing.T) {
 	for _, a := range c.Args {
 		for _, m := range regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`).FindAllStringSubmatch(a, -1) {
 			if _, ok := env[m[1]]; !ok {
-				t.Errorf("argument %q uses $(%s), which env does not define", a, m[1])
+				t.Errorf("%s: argument %q uses $(%s), which env does not define", stsName, a, m[1])
 			}
 		}
 	}
 	if flags["name"] != "$(POD_NAME)" || env["POD_NAME"] != "metadata.name" {
-		t.Errorf("--name=%q (POD_NAME from %q): want the pod name, which initial-cluster lists", flags["name"], env["POD_NAME"])
+		t.Errorf("%s: --name=%q (POD_NAME from %q): want the pod name, which initial-cluster lists", stsName, flags["name"], env["POD_NAME"])
 	}
 	if env["POD_NAMESPACE"] != "metadata.namespace" {
-		t.Errorf("POD_NAMESPACE comes from %q, want metadata.namespace", env["POD_NAMESPACE"])
+		t.Errorf("%s: POD_NAMESPACE comes from %q, want metadata.namespace", stsName, env["POD_NAMESPACE"])
 	}
 
 	ports := map[string]int{}
@@ -385,7 +488,7 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	for name, flag := range map[string]string{"memcache": "memcache-addr", "http": "http-addr", "peer": "peer-addr"} {
 		if got, want := ports[name], port(t, flag, flags[flag]); got != want {
-			t.Errorf("containerPort %s = %d, but --%s listens on %d", name, got, flag, want)
+			t.Errorf("%s: containerPort %s = %d, but --%s listens on %d", stsName, name, got, flag, want)
 		}
 	}
 	resolve := func(p string) int {
@@ -405,35 +508,33 @@ func TestKubernetesManifests(t *testing.T) {
 		{"startupProbe", c.StartupProbe, "/healthz"},
 	} {
 		if pr.probe == nil || pr.probe.HTTPGet == nil {
-			t.Errorf("%s: missing or not httpGet", pr.name)
+			t.Errorf("%s: %s: missing or not httpGet", stsName, pr.name)
 			continue
 		}
 		if g := pr.probe.HTTPGet; g.Path != pr.path || resolve(g.Port) != httpPort {
-			t.Errorf("%s: GET %s on port %q (%d), want %s on --http-addr's port %d", pr.name, g.Path, g.Port, resolve(g.Port), pr.path, httpPort)
+			t.Errorf("%s: %s: GET %s on port %q (%d), want %s on --http-addr's port %d", stsName, pr.name, g.Path, g.Port, resolve(g.Port), pr.path, httpPort)
 		}
 	}
 	ann := sts.Template.Metadata.Annotations
 	if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/path"] != "/metrics" || ann["prometheus.io/port"] != strconv.Itoa(httpPort) {
-		t.Errorf("prometheus annotations %v: want scrape true, path /metrics, port %d", ann, httpPort)
+		t.Errorf("%s: prometheus annotations %v: want scrape true, path /metrics, port %d", stsName, ann, httpPort)
 	}
 
 	// Peers: the headless Service names every pod, and --initial-cluster
-	// must list exactly those names on the peer port.
+	// must list exactly those names on the peer port; every member gets
+	// the same --initial-witnesses.
 	peerSvc, ok := services[sts.ServiceName]
 	if !ok {
-		t.Fatalf("serviceName %q: no such Service", sts.ServiceName)
+		t.Fatalf("%s: serviceName %q: no such Service", stsName, sts.ServiceName)
 	}
 	if peerSvc.ClusterIP != "None" || !peerSvc.PublishNotReadyAddresses || !matches(peerSvc.Selector) {
-		t.Errorf("Service %s: want headless (clusterIP None), publishNotReadyAddresses, selecting the pods; got %+v", sts.ServiceName, peerSvc)
+		t.Errorf("Service %s: want headless (clusterIP None), publishNotReadyAddresses, selecting the pods of %s; got %+v", sts.ServiceName, stsName, peerSvc)
 	}
-	peerPort := port(t, "peer-addr", flags["peer-addr"])
-	var want []string
-	for i := 0; i < sts.Replicas; i++ {
-		pod := fmt.Sprintf("%s-%d", stsName, i)
-		want = append(want, fmt.Sprintf("%s=%s.%s.$(POD_NAMESPACE).svc.cluster.local:%d", pod, pod, sts.ServiceName, peerPort))
+	if got := flags["initial-cluster"]; got != cluster {
+		t.Errorf("%s: --initial-cluster=%s\nwant           %s", stsName, got, cluster)
 	}
-	if got := flags["initial-cluster"]; got != strings.Join(want, ",") {
-		t.Errorf("--initial-cluster=%s\nwant           %s", got, strings.Join(want, ","))
+	if got := flags["initial-witnesses"]; got != witnesses {
+		t.Errorf("%s: --initial-witnesses=%q, want %q", stsName, got, witnesses)
 	}
 	// A member dials another's HTTP API at the address that one advertises:
 	// a follower forwards membership changes (kvd cluster add, remove,
@@ -444,52 +545,44 @@ func TestKubernetesManifests(t *testing.T) {
 	podDNS := fmt.Sprintf("$(POD_NAME).%s.$(POD_NAMESPACE).svc.cluster.local", sts.ServiceName)
 	for flag, listen := range map[string]string{"advertise-http-addr": "http-addr", "advertise-memcache-addr": "memcache-addr"} {
 		if want := fmt.Sprintf("%s:%d", podDNS, port(t, listen, flags[listen])); flags[flag] != want {
-			t.Errorf("--%s=%q, want %s: the default, the pod's host name, does not resolve in other pods", flag, flags[flag], want)
+			t.Errorf("%s: --%s=%q, want %s: the default, the pod's host name, does not resolve in other pods", stsName, flag, flags[flag], want)
 		}
 	}
 	// And kvd accepts the values once the kubelet has expanded them: each
-	// parses as its flag, and the membership validates.
-	cfg := config.Default()
+	// parses as its flag, the membership validates, and the pod is a
+	// witness exactly when its StatefulSet is the witnesses'.
+	expand := strings.NewReplacer("$(POD_NAME)", stsName+"-0", "$(POD_NAMESPACE)", "default").Replace
 	fs := serveCmd(t).Flags()
 	for name, v := range flags {
-		v = strings.NewReplacer("$(POD_NAME)", stsName+"-0", "$(POD_NAMESPACE)", "default").Replace(v)
-		if err := fs.Set(name, v); err != nil {
-			t.Errorf("--%s=%s: %v", name, v, err)
+		if err := fs.Set(name, expand(v)); err != nil {
+			t.Errorf("%s: --%s=%s: %v", stsName, name, expand(v), err)
 		}
 	}
+	cfg := config.Default()
 	cfg.Name = stsName + "-0"
-	cfg.InitialCluster = strings.ReplaceAll(flags["initial-cluster"], "$(POD_NAMESPACE)", "default")
+	cfg.InitialCluster = expand(flags["initial-cluster"])
+	cfg.InitialWitnesses = flags["initial-witnesses"]
 	cfg.PeerAddr = flags["peer-addr"]
-	expand := strings.NewReplacer("$(POD_NAME)", stsName+"-0", "$(POD_NAMESPACE)", "default").Replace
 	cfg.AdvertiseHTTPAddr, cfg.AdvertiseMemcacheAddr = expand(flags["advertise-http-addr"]), expand(flags["advertise-memcache-addr"])
 	if err := cfg.Validate(); err != nil {
-		t.Errorf("kvd rejects the expanded configuration: %v", err)
+		t.Errorf("%s: kvd rejects the expanded configuration: %v", stsName, err)
 	}
-
-	clientSvc, ok := services["kvd"]
-	if !ok || !matches(clientSvc.Selector) || clientSvc.ClusterIP == "None" {
-		t.Errorf("client Service kvd: want a ClusterIP Service selecting the pods, got %+v", clientSvc)
-	}
-	for name, s := range services {
-		for _, p := range s.Ports {
-			if resolve(p.TargetPort) == 0 {
-				t.Errorf("Service %s port %s: targetPort %q names no container port", name, p.Name, p.TargetPort)
-			}
-		}
+	if cfg.IsWitness() != want.witness {
+		t.Errorf("%s: pod %s is a witness: %v, want %v", stsName, cfg.Name, cfg.IsWitness(), want.witness)
 	}
 
 	if len(sts.VolumeClaimTemplates) != 1 || len(c.VolumeMounts) != 1 ||
 		sts.VolumeClaimTemplates[0].Metadata.Name != c.VolumeMounts[0].Name ||
 		c.VolumeMounts[0].MountPath != flags["data-dir"] {
-		t.Errorf("the PVC template must be mounted at --data-dir=%s", flags["data-dir"])
+		t.Errorf("%s: the PVC template must be mounted at --data-dir=%s", stsName, flags["data-dir"])
 	}
 	shutdown := shutdownTimeout(t, flags)
 	if grace := time.Duration(sts.Template.Spec.TerminationGracePeriodSeconds) * time.Second; grace <= stopBound(shutdown) {
-		t.Errorf("terminationGracePeriodSeconds %s must exceed twice --shutdown-timeout %s (the drain, then closing the stores)", grace, shutdown)
+		t.Errorf("%s: terminationGracePeriodSeconds %s must exceed twice --shutdown-timeout %s (the drain, then closing the stores)", stsName, grace, shutdown)
 	}
 	d := parseDockerfile(t)
 	if uid, _, _ := strings.Cut(d.user, ":"); strconv.Itoa(sts.Template.Spec.SecurityContext.RunAsUser) != uid {
-		t.Errorf("runAsUser %d, but the image's USER is %s (the owner of /data)", sts.Template.Spec.SecurityContext.RunAsUser, d.user)
+		t.Errorf("%s: runAsUser %d, but the image's USER is %s (the owner of /data)", stsName, sts.Template.Spec.SecurityContext.RunAsUser, d.user)
 	}
 }
 
@@ -515,13 +608,65 @@ func shutdownTimeout(t *testing.T, flags map[string]string) time.Duration {
 
 // --- systemd ---
 
-func TestSystemdUnitAndConfig(t *testing.T) {
+// loadConfig reads and validates one of the systemd config examples.
+func loadConfig(t *testing.T, file string) *config.Config {
+	t.Helper()
 	cfg := config.Default()
-	if err := cfg.LoadFile(filepath.Join("systemd", "kvd.yaml")); err != nil {
+	if err := cfg.LoadFile(filepath.Join("systemd", file)); err != nil {
 		t.Fatal(err)
 	}
 	if err := cfg.Validate(); err != nil {
-		t.Fatalf("systemd/kvd.yaml: kvd rejects it: %v", err)
+		t.Fatalf("systemd/%s: kvd rejects it: %v", file, err)
+	}
+	return &cfg
+}
+
+func TestSystemdUnitAndConfig(t *testing.T) {
+	// Both examples run under the same unit: a data node's and a witness's.
+	configs := map[string]*config.Config{"kvd.yaml": loadConfig(t, "kvd.yaml"), "kvd-witness.yaml": loadConfig(t, "kvd-witness.yaml")}
+	if configs["kvd.yaml"].IsWitness() || !configs["kvd-witness.yaml"].IsWitness() {
+		t.Errorf("kvd.yaml is a witness: %v, kvd-witness.yaml: %v; want false and true",
+			configs["kvd.yaml"].IsWitness(), configs["kvd-witness.yaml"].IsWitness())
+	}
+	// kvd-witness.yaml tells the data nodes which two lines of kvd.yaml to
+	// change; with them, kvd.yaml founds the same cluster as a data node.
+	w := configs["kvd-witness.yaml"]
+	text := string(readFile(t, filepath.Join("systemd", "kvd-witness.yaml")))
+	for _, line := range []string{"#   initial-cluster: " + w.InitialCluster + "\n", "#   initial-witnesses: " + w.InitialWitnesses + "\n"} {
+		if !strings.Contains(text, line) {
+			t.Errorf("kvd-witness.yaml: the data nodes' lines do not read %q", strings.TrimSpace(line))
+		}
+	}
+	data := *configs["kvd.yaml"]
+	data.InitialCluster, data.InitialWitnesses = w.InitialCluster, w.InitialWitnesses
+	if err := data.Validate(); err != nil || data.IsWitness() {
+		t.Errorf("kvd.yaml with kvd-witness.yaml's initial-cluster and initial-witnesses: %v (witness: %v); want a valid data node", err, data.IsWitness())
+	}
+	// And its lines for a witness that joins a running cluster, in place of
+	// the initial-* ones, make a config kvd loads as a witness.
+	joinLines := regexp.MustCompile(`(?m)^#   ((?:join|witness): .*)$`).FindAllStringSubmatch(text, -1)
+	var joined []string
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, "initial-") {
+			joined = append(joined, line)
+		}
+	}
+	for _, m := range joinLines {
+		joined = append(joined, m[1])
+	}
+	if len(joinLines) != 2 {
+		t.Errorf("kvd-witness.yaml: want the two lines (join:, witness:) of a witness that joins, got %q", joinLines)
+	} else {
+		path := filepath.Join(t.TempDir(), "kvd.yaml")
+		if err := os.WriteFile(path, []byte(strings.Join(joined, "\n")), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		j := config.Default()
+		if err := j.LoadFile(path); err != nil {
+			t.Errorf("kvd-witness.yaml with its join lines: %v", err)
+		} else if err := j.Validate(); err != nil || !j.IsWitness() || j.Join == "" {
+			t.Errorf("kvd-witness.yaml with its join lines: %v (witness: %v, join %q); want a valid witness that joins", err, j.IsWitness(), j.Join)
+		}
 	}
 
 	unit := map[string][]string{}
@@ -553,18 +698,24 @@ func TestSystemdUnitAndConfig(t *testing.T) {
 	if want := "/etc/" + one("ConfigurationDirectory") + "/kvd.yaml"; flags["config"] != want {
 		t.Errorf("ExecStart --config=%q, want %s (ConfigurationDirectory)", flags["config"], want)
 	}
-	if want := "/var/lib/" + one("StateDirectory"); cfg.DataDir != want {
-		t.Errorf("kvd.yaml data-dir %q, want %s (StateDirectory)", cfg.DataDir, want)
-	}
 	stop, err := time.ParseDuration(one("TimeoutStopSec"))
 	if err != nil {
 		t.Fatalf("TimeoutStopSec: %v", err)
 	}
-	if stop <= stopBound(cfg.ShutdownTimeout) {
-		t.Errorf("TimeoutStopSec %s must exceed twice kvd.yaml's shutdown-timeout %s, or systemd kills a node still closing its stores", stop, cfg.ShutdownTimeout)
+	nofile, err := strconv.Atoi(one("LimitNOFILE"))
+	if err != nil {
+		t.Fatalf("LimitNOFILE: %v", err)
 	}
-	if nofile, err := strconv.Atoi(one("LimitNOFILE")); err != nil || nofile < 2*cfg.MaxConnections {
-		t.Errorf("LimitNOFILE %q: want at least twice max-connections (%d)", unit["LimitNOFILE"], cfg.MaxConnections)
+	for file, cfg := range configs {
+		if want := "/var/lib/" + one("StateDirectory"); cfg.DataDir != want {
+			t.Errorf("%s data-dir %q, want %s (StateDirectory)", file, cfg.DataDir, want)
+		}
+		if stop <= stopBound(cfg.ShutdownTimeout) {
+			t.Errorf("TimeoutStopSec %s must exceed twice %s's shutdown-timeout %s, or systemd kills a node still closing its stores", stop, file, cfg.ShutdownTimeout)
+		}
+		if nofile < 2*cfg.MaxConnections {
+			t.Errorf("LimitNOFILE %d: want at least twice %s's max-connections (%d)", nofile, file, cfg.MaxConnections)
+		}
 	}
 	for k, want := range map[string]string{
 		"Restart": "on-failure", "RestartPreventExitStatus": strconv.Itoa(cli.ExitRemoved),
@@ -617,27 +768,34 @@ type composeFile struct {
 
 func TestComposeFiles(t *testing.T) {
 	image := parseDockerfile(t)
-	for file, size := range map[string]int{"docker-compose.yml": 3, "docker-compose.2node.yml": 2} {
+	for file, members := range map[string]struct{ data, witnesses []string }{
+		"docker-compose.yml":       {data: []string{"kvd1", "kvd2", "kvd3"}},
+		"docker-compose.2node.yml": {data: []string{"kvd1", "kvd2"}},
+		// Two data nodes and a witness, which clients never reach.
+		"docker-compose.witness.yml": {data: []string{"kvd1", "kvd2"}, witnesses: []string{"witness"}},
+	} {
 		t.Run(file, func(t *testing.T) {
 			raw := envDefault.ReplaceAll(readFile(t, filepath.Join("compose", file)), []byte("$1"))
 			var cf composeFile
 			if err := yaml.Unmarshal(raw, &cf); err != nil {
 				t.Fatalf("%s: %v", file, err)
 			}
-			if len(cf.Services) != size {
-				t.Fatalf("%d services, want %d", len(cf.Services), size)
+			names := append(slices.Clone(members.data), members.witnesses...)
+			if len(cf.Services) != len(names) {
+				t.Fatalf("%d services, want %d", len(cf.Services), len(names))
 			}
 			if !cf.Networks["peer"].Internal {
 				t.Errorf("network peer must be internal: raft traffic only")
 			}
 			var wantCluster []string
-			for i := 1; i <= size; i++ {
-				wantCluster = append(wantCluster, fmt.Sprintf("kvd%d=kvd%d-peer:%d", i, i, port(t, "peer-addr", image.flags["peer-addr"])))
+			for _, name := range names {
+				wantCluster = append(wantCluster, fmt.Sprintf("%s=%s-peer:%d", name, name, port(t, "peer-addr", image.flags["peer-addr"])))
 			}
+			wantWitnesses := strings.Join(members.witnesses, ",")
 			hostPorts := map[string]bool{}
 			volumes := map[string]bool{}
-			for i := 1; i <= size; i++ {
-				name := fmt.Sprintf("kvd%d", i)
+			for _, name := range names {
+				witness := slices.Contains(members.witnesses, name)
 				s, ok := cf.Services[name]
 				if !ok {
 					t.Fatalf("service %s missing", name)
@@ -646,6 +804,10 @@ func TestComposeFiles(t *testing.T) {
 				flags := serveArgs(t, name+" command", s.Command)
 				if flags["name"] != name || flags["initial-cluster"] != strings.Join(wantCluster, ",") {
 					t.Errorf("%s: --name=%s --initial-cluster=%s, want %s and %s", name, flags["name"], flags["initial-cluster"], name, strings.Join(wantCluster, ","))
+				}
+				// Every member is told the same witnesses, the witness too.
+				if flags["initial-witnesses"] != wantWitnesses {
+					t.Errorf("%s: --initial-witnesses=%q, want %q", name, flags["initial-witnesses"], wantWitnesses)
 				}
 				all := map[string]string{}
 				for k, v := range image.flags {
@@ -663,8 +825,12 @@ func TestComposeFiles(t *testing.T) {
 					}
 				}
 				cfg.Name, cfg.InitialCluster, cfg.PeerAddr = all["name"], all["initial-cluster"], all["peer-addr"]
+				cfg.InitialWitnesses = all["initial-witnesses"]
 				if err := cfg.Validate(); err != nil {
 					t.Errorf("%s: kvd rejects its flags: %v", name, err)
+				}
+				if cfg.IsWitness() != witness {
+					t.Errorf("%s: kvd starts it as a witness: %v, want %v", name, cfg.IsWitness(), witness)
 				}
 				// The advertised HTTP address defaults to the host name
 				// (the listeners are wildcards): the others reach it
@@ -700,10 +866,13 @@ func TestComposeFiles(t *testing.T) {
 					n, _ := strconv.Atoi(parts[2])
 					published[n] = true
 				}
-				for _, f := range []string{"memcache-addr", "http-addr"} {
-					if !published[port(t, f, all[f])] {
-						t.Errorf("%s: --%s=%s is not published", name, f, all[f])
-					}
+				if !published[port(t, "http-addr", all["http-addr"])] {
+					t.Errorf("%s: --http-addr=%s is not published", name, all["http-addr"])
+				}
+				// A witness refuses every data command: a client given
+				// every published memcache port must not find it.
+				if mc := published[port(t, "memcache-addr", all["memcache-addr"])]; mc == witness {
+					t.Errorf("%s: --memcache-addr=%s published: %v, want %v (witness: %v)", name, all["memcache-addr"], mc, !witness, witness)
 				}
 				grace, err := time.ParseDuration(s.StopGracePeriod)
 				if err != nil || grace <= stopBound(shutdownTimeout(t, all)) {

@@ -73,10 +73,13 @@ func TestKubernetesScrapeConfig(t *testing.T) {
 	}
 	require.True(t, found, "kubernetes/README.md has no scrape config (```yaml block with scrape_configs)")
 
-	// The names it relies on are the manifest's.
-	manifest := string(readFile(t, filepath.Join("kubernetes", "kvd.yaml")))
-	require.True(t, slices.ContainsFunc(strings.Split(manifest, "\n"), func(l string) bool {
-		return strings.TrimSpace(l) == "- name: http"
-	}), "the container has a port named http")
-	require.Contains(t, manifest, "app.kubernetes.io/name: kvd")
+	// The names it relies on are the manifests' (the witness's pods are
+	// scraped too: they serve /metrics like any member).
+	for _, file := range []string{"kvd.yaml", "kvd-witness.yaml"} {
+		manifest := string(readFile(t, filepath.Join("kubernetes", file)))
+		require.True(t, slices.ContainsFunc(strings.Split(manifest, "\n"), func(l string) bool {
+			return strings.TrimSpace(l) == "- name: http"
+		}), "%s: the container has a port named http", file)
+		require.Contains(t, manifest, "app.kubernetes.io/name: kvd", file)
+	}
 }

@@ -1,11 +1,15 @@
 //go:build e2e
 
-// Package compose_test runs the compose cluster of this directory in Docker
-// and breaks it the ways production does: the leader killed under write
-// load, a follower cut off from its peers, the leader stopped (SIGTERM), every
-// node restarted. Throughout, a memcache client writes unique keys through
-// the published ports and records every acknowledged write; at the end each
-// of them must still be there with its value.
+// Package compose_test runs the compose clusters of this directory in
+// Docker and breaks them the ways production does. Three nodes
+// (docker-compose.yml): the leader killed under write load, a follower cut
+// off from its peers, the leader stopped (SIGTERM), every node restarted.
+// Two data nodes and a witness (docker-compose.witness.yml): the witness
+// refusing data requests, the leading data node killed under write load
+// and restarted, then the witness killed. Throughout, a memcache client per
+// data node writes unique keys through the published ports and records
+// every acknowledged write; at the end each of them must still be there
+// with its value.
 //
 // It needs docker and docker-compose (or the compose plugin) and the image
 // named by KVD_IMAGE (default kvd:dev; `make e2e` builds it first, and the
@@ -37,19 +41,50 @@ import (
 )
 
 const (
-	nodes = 3
 	// requestTimeout is passed to every node (KVD_REQUEST_TIMEOUT); lower
 	// than the 5s default so the no-quorum checks stay fast.
 	requestTimeout = 2 * time.Second
 	// electionTimeout is kvd's default, which the compose file keeps.
 	electionTimeout = 500 * time.Millisecond
+	// failoverBound is the longest the writers may go without an
+	// acknowledged write when one member of two data nodes and a witness
+	// is SIGKILLed: one election (electionTimeout to twice that) and a
+	// write forwarded to the dead leader failing after requestTimeout,
+	// with room for a shared machine.
+	failoverBound = 10 * time.Second
 	// writePause spaces each writer's requests: enough to resolve a failover
 	// gap to a few milliseconds without loading the shared machine.
 	writePause = 10 * time.Millisecond
 )
 
+// member is one service of a compose file.
+type member struct {
+	// service is the compose service, its host name and the kvd member name.
+	service string
+	// env prefixes the variables the file takes the member's published
+	// ports from: <env>_MEMCACHE_PORT, <env>_HTTP_PORT.
+	env string
+	// witness: a voter that holds no data; its memcache port is not
+	// published, and no writer sends to it.
+	witness bool
+}
+
+// topology is a compose file and the members it runs, in its order.
+type topology struct {
+	file    string
+	tag     string // told apart in the project name
+	members []member
+}
+
+var (
+	threeNodes = topology{file: "docker-compose.yml", members: []member{
+		{service: "kvd1", env: "KVD1"}, {service: "kvd2", env: "KVD2"}, {service: "kvd3", env: "KVD3"}}}
+	twoNodesAndWitness = topology{file: "docker-compose.witness.yml", tag: "w", members: []member{
+		{service: "kvd1", env: "KVD1"}, {service: "kvd2", env: "KVD2"}, {service: "witness", env: "KVD_WITNESS", witness: true}}}
+)
+
 func TestComposeCluster(t *testing.T) {
-	c := startCluster(t)
+	c := startCluster(t, threeNodes)
 	w := startWriters(t, c)
 	defer w.stop()
 
@@ -66,33 +101,70 @@ func TestComposeCluster(t *testing.T) {
 
 	start := time.Now()
 	c.compose(t, "restart")
-	c.waitReady(t, allNodes(), 90*time.Second)
+	c.waitReady(t, c.all(), 90*time.Second)
 	t.Logf("docker-compose restart: all nodes ready again after %s", time.Since(start).Round(time.Millisecond))
+	c.verifyAcked(t, w.ackedWrites())
+}
+
+// TestComposeWitness: two data nodes and a witness survive the loss of any
+// one member. The witness refuses data requests. The leader, a data node
+// (a witness never leads), is SIGKILLed under write load: the other data
+// node, elected with the witness's vote, acknowledges writes again within
+// failoverBound and reads back every write acknowledged so far, alone with
+// the data; the killed node, restarted from its volume, catches up on what
+// it missed. Then the witness is SIGKILLed: the data nodes go on.
+func TestComposeWitness(t *testing.T) {
+	c := startCluster(t, twoNodesAndWitness)
+	c.witnessRefuses(t)
+	w := startWriters(t, c)
+	defer w.stop()
+
+	w.waitSuccesses(t, 50, 30*time.Second)
+	t.Logf("baseline: %d acknowledged writes", w.acked())
+
+	c.killDataLeader(t, w)
+	c.killWitness(t, w)
+
+	w.stop()
+	t.Logf("writers stopped: %d acknowledged writes, %d failed (outcome unknown or refused)", w.acked(), w.unknown())
 	c.verifyAcked(t, w.ackedWrites())
 }
 
 // cluster is one compose project started by this test.
 type cluster struct {
+	topology
 	project  string
 	composeV []string // "docker-compose" or "docker compose"
 	env      []string
-	memcache [nodes]string // 127.0.0.1:port per node
-	http     [nodes]string
+	memcache []string // 127.0.0.1:port per member, "" for a witness
+	http     []string
 	peerNet  string
 	httpc    *http.Client
 }
 
-func allNodes() []int {
-	out := make([]int, nodes)
+// all is every member, witnesses included.
+func (c *cluster) all() []int {
+	out := make([]int, len(c.members))
 	for i := range out {
 		out[i] = i
 	}
 	return out
 }
 
-func service(i int) string { return fmt.Sprintf("kvd%d", i+1) }
+// data is every member that holds the data and serves clients.
+func (c *cluster) data() []int {
+	var out []int
+	for i, m := range c.members {
+		if !m.witness {
+			out = append(out, i)
+		}
+	}
+	return out
+}
 
-func startCluster(t *testing.T) *cluster {
+func (c *cluster) service(i int) string { return c.members[i].service }
+
+func startCluster(t *testing.T, topo topology) *cluster {
 	t.Helper()
 	if _, err := exec.LookPath("docker"); err != nil {
 		t.Skip("docker not installed")
@@ -107,26 +179,29 @@ func startCluster(t *testing.T) *cluster {
 	}
 	ensureImage(t, image)
 
-	project := fmt.Sprintf("kvde2e%d", os.Getpid())
+	project := fmt.Sprintf("kvde2e%d%s", os.Getpid(), topo.tag)
 	c := &cluster{
+		topology: topo,
 		project:  project,
 		composeV: composeV,
 		peerNet:  project + "_peer",
 		httpc:    &http.Client{Timeout: 2 * time.Second},
 	}
-	ports := freePorts(t, 2*nodes)
+	ports := freePorts(t, 2*len(topo.members))
 	c.env = append(os.Environ(),
 		"KVD_IMAGE="+image,
 		"KVD_PUBLISH_ADDR=127.0.0.1",
 		"KVD_REQUEST_TIMEOUT="+requestTimeout.String(),
 		"KVD_ELECTION_TIMEOUT="+electionTimeout.String(),
 	)
-	for i := 0; i < nodes; i++ {
-		c.memcache[i] = fmt.Sprintf("127.0.0.1:%d", ports[2*i])
+	c.memcache, c.http = make([]string, len(topo.members)), make([]string, len(topo.members))
+	for i, m := range topo.members {
+		if !m.witness {
+			c.memcache[i] = fmt.Sprintf("127.0.0.1:%d", ports[2*i])
+			c.env = append(c.env, fmt.Sprintf("%s_MEMCACHE_PORT=%d", m.env, ports[2*i]))
+		}
 		c.http[i] = fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])
-		c.env = append(c.env,
-			fmt.Sprintf("KVD%d_MEMCACHE_PORT=%d", i+1, ports[2*i]),
-			fmt.Sprintf("KVD%d_HTTP_PORT=%d", i+1, ports[2*i+1]))
+		c.env = append(c.env, fmt.Sprintf("%s_HTTP_PORT=%d", m.env, ports[2*i+1]))
 	}
 	// Registered before `up`, so a half-started project is removed too.
 	t.Cleanup(func() {
@@ -142,9 +217,9 @@ func startCluster(t *testing.T) *cluster {
 	})
 	start := time.Now()
 	c.compose(t, "up", "-d")
-	c.waitReady(t, allNodes(), 90*time.Second)
-	t.Logf("project %s: 3 nodes ready %s after `up`; memcache %v, http %v",
-		project, time.Since(start).Round(time.Millisecond), c.memcache, c.http)
+	c.waitReady(t, c.all(), 90*time.Second)
+	t.Logf("project %s (%s): %d members ready %s after `up`; memcache %q, http %v",
+		project, topo.file, len(topo.members), time.Since(start).Round(time.Millisecond), c.memcache, c.http)
 	return c
 }
 
@@ -189,7 +264,7 @@ func freePorts(t *testing.T, n int) []int {
 }
 
 func (c *cluster) run(ctx context.Context, args ...string) ([]byte, error) {
-	argv := append(slices.Clone(c.composeV[1:]), "-p", c.project, "-f", "docker-compose.yml")
+	argv := append(slices.Clone(c.composeV[1:]), "-p", c.project, "-f", c.file)
 	argv = append(argv, args...)
 	cmd := exec.CommandContext(ctx, c.composeV[0], argv...)
 	cmd.Env = c.env
@@ -221,10 +296,10 @@ func (c *cluster) container(t *testing.T, i int) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := c.run(ctx, "ps", "-q", service(i))
+	out, err := c.run(ctx, "ps", "-q", c.service(i))
 	id := strings.TrimSpace(string(out))
 	if err != nil || id == "" {
-		t.Fatalf("container of %s: %v %q", service(i), err, out)
+		t.Fatalf("container of %s: %v %q", c.service(i), err, out)
 	}
 	return id
 }
@@ -245,7 +320,7 @@ func (c *cluster) waitReady(t *testing.T, which []int, within time.Duration) {
 		var notReady []string
 		for _, i := range which {
 			if !c.ready(i) {
-				notReady = append(notReady, service(i))
+				notReady = append(notReady, c.service(i))
 			}
 		}
 		if len(notReady) == 0 {
@@ -264,20 +339,25 @@ type clusterStatus struct {
 	HasLeader bool   `json:"has_leader"`
 	Term      uint64 `json:"term"`
 	Applied   uint64 `json:"applied"`
+	Members   []struct {
+		ID      string `json:"id"`
+		Name    string `json:"name"`
+		Witness bool   `json:"witness"`
+	} `json:"members"`
 }
 
 func (c *cluster) status(i int) (clusterStatus, error) {
 	var st clusterStatus
 	resp, err := c.httpc.Get("http://" + c.http[i] + "/v1/cluster")
 	if err != nil {
-		return st, fmt.Errorf("%s /v1/cluster: %w", service(i), err)
+		return st, fmt.Errorf("%s /v1/cluster: %w", c.service(i), err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("%s /v1/cluster: %s", service(i), resp.Status)
+		return st, fmt.Errorf("%s /v1/cluster: %s", c.service(i), resp.Status)
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return st, fmt.Errorf("%s /v1/cluster: %w", service(i), err)
+		return st, fmt.Errorf("%s /v1/cluster: %w", c.service(i), err)
 	}
 	return st, nil
 }
@@ -308,9 +388,9 @@ func (c *cluster) waitLeader(t *testing.T, which []int, within time.Duration) (i
 	}
 }
 
-func others(i int) []int {
+func (c *cluster) others(i int) []int {
 	var out []int
-	for j := 0; j < nodes; j++ {
+	for j := range c.members {
 		if j != i {
 			out = append(out, j)
 		}
@@ -321,36 +401,36 @@ func others(i int) []int {
 // killLeader SIGKILLs the leader's container under write load: writes must
 // go on through the other two nodes after one election.
 func (c *cluster) killLeader(t *testing.T, w *writers) {
-	leader, term := c.waitLeader(t, allNodes(), 10*time.Second)
+	leader, term := c.waitLeader(t, c.all(), 10*time.Second)
 	id := c.container(t, leader)
-	t.Logf("kill: leader is %s (term %d)", service(leader), term)
+	t.Logf("kill: leader is %s (term %d)", c.service(leader), term)
 	// Measured from when `docker kill` returns, when the process is gone:
 	// the CLI's own start-up would otherwise count as downtime.
 	docker(t, "kill", id)
 	killAt := time.Now()
 	first := w.waitSuccessAfter(t, killAt, 20*time.Second)
 	time.Sleep(2 * time.Second)
-	newLeader, newTerm := c.waitLeader(t, others(leader), 10*time.Second)
+	newLeader, newTerm := c.waitLeader(t, c.others(leader), 10*time.Second)
 	gap := w.longestGap(killAt.Add(-time.Second), time.Now())
 	t.Logf("kill: FAILOVER (SIGKILL) kill→first acknowledged write %s, longest client gap without a success %s, new leader %s (term %d)",
-		first.Sub(killAt).Round(time.Millisecond), gap.Round(time.Millisecond), service(newLeader), newTerm)
+		first.Sub(killAt).Round(time.Millisecond), gap.Round(time.Millisecond), c.service(newLeader), newTerm)
 	// The restart policy (unless-stopped) does not apply after docker kill,
 	// which counts as a manual stop; start it the way an operator would.
 	docker(t, "start", id)
-	c.waitReady(t, allNodes(), 60*time.Second)
-	t.Logf("kill: %s restarted from its volume and ready", service(leader))
+	c.waitReady(t, c.all(), 60*time.Second)
+	t.Logf("kill: %s restarted from its volume and ready", c.service(leader))
 }
 
 // partitionFollower disconnects a follower from the peer network: the
 // majority keeps serving, the isolated node answers SERVER_ERROR within its
 // request timeout, and after reconnecting it reads every write it missed.
 func (c *cluster) partitionFollower(t *testing.T, w *writers) {
-	leader, _ := c.waitLeader(t, allNodes(), 10*time.Second)
-	f := others(leader)[0]
+	leader, _ := c.waitLeader(t, c.all(), 10*time.Second)
+	f := c.others(leader)[0]
 	id := c.container(t, f)
 	cutAt := time.Now()
 	docker(t, "network", "disconnect", c.peerNet, id)
-	t.Logf("partition: %s disconnected from %s (leader %s)", service(f), c.peerNet, service(leader))
+	t.Logf("partition: %s disconnected from %s (leader %s)", c.service(f), c.peerNet, c.service(leader))
 
 	w.waitSuccessAfter(t, time.Now(), 10*time.Second)
 
@@ -360,26 +440,26 @@ func (c *cluster) partitionFollower(t *testing.T, w *writers) {
 	line, err := rawRequest(c.memcache[f], "set e2e-isolated 0 0 1\r\nx\r\n", requestTimeout+5*time.Second)
 	took := time.Since(start)
 	if err != nil {
-		t.Fatalf("partition: isolated %s: %v", service(f), err)
+		t.Fatalf("partition: isolated %s: %v", c.service(f), err)
 	}
 	if !strings.HasPrefix(line, "SERVER_ERROR ") {
-		t.Errorf("partition: isolated %s answered %q, want SERVER_ERROR …", service(f), line)
+		t.Errorf("partition: isolated %s answered %q, want SERVER_ERROR …", c.service(f), line)
 	}
 	if took > requestTimeout+2*time.Second {
-		t.Errorf("partition: isolated %s took %s to answer (request timeout %s)", service(f), took, requestTimeout)
+		t.Errorf("partition: isolated %s took %s to answer (request timeout %s)", c.service(f), took, requestTimeout)
 	}
-	t.Logf("partition: isolated %s answered %q after %s", service(f), line, took.Round(time.Millisecond))
+	t.Logf("partition: isolated %s answered %q after %s", c.service(f), line, took.Round(time.Millisecond))
 	start = time.Now()
 	line, err = rawRequest(c.memcache[f], "get e2e-isolated\r\n", requestTimeout+5*time.Second)
 	if err != nil || !strings.HasPrefix(line, "SERVER_ERROR ") {
-		t.Errorf("partition: isolated %s read answered %q, %v after %s; want SERVER_ERROR …", service(f), line, err, time.Since(start))
+		t.Errorf("partition: isolated %s read answered %q, %v after %s; want SERVER_ERROR …", c.service(f), line, err, time.Since(start))
 	}
 	// Give the majority time to commit writes the isolated node misses.
 	w.waitSuccessesAfter(t, time.Now(), 100, 20*time.Second)
 	healAt := time.Now()
 	missed := w.ackedBetween(cutAt, healAt)
 
-	docker(t, "network", "connect", "--alias", service(f)+"-peer", c.peerNet, id)
+	docker(t, "network", "connect", "--alias", c.service(f)+"-peer", c.peerNet, id)
 	client := memcache.New(c.memcache[f])
 	client.Timeout = requestTimeout + time.Second
 	deadline := time.Now().Add(30 * time.Second)
@@ -389,20 +469,20 @@ func (c *cluster) partitionFollower(t *testing.T, w *writers) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("partition: %s did not converge within 30s after reconnecting: %v", service(f), bad)
+			t.Fatalf("partition: %s did not converge within 30s after reconnecting: %v", c.service(f), bad)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Logf("partition: %s reconnected and reads all %d writes acknowledged while it was cut off, %s after reconnecting",
-		service(f), len(missed), time.Since(healAt).Round(time.Millisecond))
-	c.waitReady(t, allNodes(), 30*time.Second)
+		c.service(f), len(missed), time.Since(healAt).Round(time.Millisecond))
+	c.waitReady(t, c.all(), 30*time.Second)
 }
 
 // stopLeader sends the leader SIGTERM (docker stop). A leader hands its
 // leadership over before it exits, so a new leader is there well within one
 // election timeout, where a SIGKILLed one leaves the others to wait it out.
 func (c *cluster) stopLeader(t *testing.T, w *writers) {
-	leader, term := c.waitLeader(t, allNodes(), 10*time.Second)
+	leader, term := c.waitLeader(t, c.all(), 10*time.Second)
 	id := c.container(t, leader)
 	stopAt := time.Now()
 	type exit struct {
@@ -418,7 +498,7 @@ func (c *cluster) stopLeader(t *testing.T, w *writers) {
 		}
 		done <- exit{at: time.Now()}
 	}()
-	newLeader, newTerm := c.waitLeader(t, others(leader), 20*time.Second)
+	newLeader, newTerm := c.waitLeader(t, c.others(leader), 20*time.Second)
 	elected := time.Since(stopAt)
 	w.waitSuccessAfter(t, stopAt, 20*time.Second)
 	ex := <-done
@@ -429,7 +509,7 @@ func (c *cluster) stopLeader(t *testing.T, w *writers) {
 	time.Sleep(time.Second)
 	gap := w.longestGap(stopAt.Add(-time.Second), time.Now())
 	t.Logf("stop: GRACEFUL (SIGTERM) leader %s (term %d) → new leader %s (term %d) seen after %s; container exited after %s; longest client gap %s",
-		service(leader), term, service(newLeader), newTerm, elected.Round(time.Millisecond),
+		c.service(leader), term, c.service(newLeader), newTerm, elected.Round(time.Millisecond),
 		stopped.Round(time.Millisecond), gap.Round(time.Millisecond))
 	// No timing threshold (the machine is shared): the old leader's own log
 	// says whether it handed leadership over or left the others to elect.
@@ -446,16 +526,164 @@ func (c *cluster) stopLeader(t *testing.T, w *writers) {
 		}
 	}
 	docker(t, "start", id)
-	c.waitReady(t, allNodes(), 60*time.Second)
+	c.waitReady(t, c.all(), 60*time.Second)
 }
 
-// verifyAcked reads every acknowledged write back, spread over the nodes.
+// witnessRefuses checks what the witnesses answer: /v1/kv with 421 and a
+// JSON error naming them witnesses, and /v1/cluster with a member table
+// that marks exactly the witnesses; and that none of them leads.
+func (c *cluster) witnessRefuses(t *testing.T) {
+	t.Helper()
+	for _, i := range c.all() {
+		if !c.members[i].witness {
+			continue
+		}
+		resp, err := c.httpc.Get("http://" + c.http[i] + "/v1/kv/e2e-witness")
+		if err != nil {
+			t.Fatalf("witness: %s /v1/kv: %v", c.service(i), err)
+		}
+		var e struct {
+			Error string `json:"error"`
+			Code  string `json:"code"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusMisdirectedRequest || e.Code != "witness" || !strings.Contains(e.Error, "witness") {
+			t.Errorf("witness: %s GET /v1/kv/e2e-witness: %s %+v (%v); want 421, a JSON error with code witness", c.service(i), resp.Status, e, err)
+		} else {
+			t.Logf("witness: %s GET /v1/kv answers %s: %s", c.service(i), resp.Status, e.Error)
+		}
+		st, err := c.status(i)
+		if err != nil {
+			t.Fatalf("witness: %v", err)
+		}
+		for _, m := range st.Members {
+			want := slices.ContainsFunc(c.members, func(cm member) bool { return cm.service == m.Name && cm.witness })
+			if m.Witness != want {
+				t.Errorf("witness: %s's member table marks %s (id %s) a witness: %v, want %v", c.service(i), m.Name, m.ID, m.Witness, want)
+			}
+		}
+		if len(st.Members) != len(c.members) {
+			t.Errorf("witness: %s's member table has %d members, want %d: %+v", c.service(i), len(st.Members), len(c.members), st.Members)
+		}
+	}
+	if l, term := c.waitLeader(t, c.all(), 10*time.Second); c.members[l].witness {
+		t.Errorf("witness: %s leads (term %d); a witness never leads", c.service(l), term)
+	}
+}
+
+// killDataLeader SIGKILLs the leader, a data node, under write load: the
+// other data node must be elected (the witness votes, never leads),
+// acknowledge writes again within failoverBound and read back every write
+// acknowledged until then, holding the only copy. Restarted, the killed
+// node must catch up on every write it missed.
+func (c *cluster) killDataLeader(t *testing.T, w *writers) {
+	leader, term := c.waitLeader(t, c.all(), 10*time.Second)
+	if c.members[leader].witness {
+		t.Fatalf("kill: the witness %s leads (term %d)", c.service(leader), term)
+	}
+	var survivor int
+	for _, i := range c.data() {
+		if i != leader {
+			survivor = i
+		}
+	}
+	id := c.container(t, leader)
+	t.Logf("kill: leader is %s (term %d); %s and the witness remain", c.service(leader), term, c.service(survivor))
+	// docker kill returns once the signal is sent; docker wait, once the
+	// process is gone. From then on no write can reach the old leader, so
+	// a write sent later was acknowledged by the new one.
+	sentAt := time.Now()
+	docker(t, "kill", id)
+	docker(t, "wait", id)
+	killAt := time.Now()
+	first := w.waitSuccessAfter(t, killAt, failoverBound)
+	newLeader, newTerm := c.waitLeader(t, c.others(leader), 10*time.Second)
+	if newLeader != survivor {
+		t.Errorf("kill: %s leads (term %d), want the data node %s", c.service(newLeader), newTerm, c.service(survivor))
+	}
+	// Writes go on with one data node: these are the ones the killed node
+	// misses.
+	w.waitSuccessesAfter(t, time.Now(), 100, 20*time.Second)
+	// The outage is the longest gap from before `docker kill`: killAt
+	// comes after docker's own round trips, which may outlast an election.
+	gap := w.longestGap(sentAt, time.Now())
+	t.Logf("kill: FAILOVER (SIGKILL) of a data node: kill→first acknowledged write %s, longest client gap without a success %s, new leader %s (term %d)",
+		first.Sub(killAt).Round(time.Millisecond), gap.Round(time.Millisecond), c.service(newLeader), newTerm)
+	if gap > failoverBound {
+		t.Errorf("kill: no write acknowledged for %s (bound %s)", gap.Round(time.Millisecond), failoverBound)
+	}
+
+	// The survivor holds every acknowledged write, the witness none: it
+	// must read them all back with the other data node still down.
+	acked := w.ackedWrites()
+	client := memcache.New(c.memcache[survivor])
+	client.Timeout = requestTimeout + time.Second
+	if err := checkValues(client, acked); err != nil {
+		t.Fatalf("kill: %s alone with the data, %d acknowledged writes: %v", c.service(survivor), len(acked), err)
+	}
+	t.Logf("kill: %s reads back all %d writes acknowledged so far, %s still down", c.service(survivor), len(acked), c.service(leader))
+
+	// docker kill counts as a manual stop for the restart policy: start it
+	// the way an operator would.
+	restartAt := time.Now()
+	missed := w.ackedBetween(killAt, restartAt)
+	docker(t, "start", id)
+	c.waitReady(t, c.all(), 60*time.Second)
+	client = memcache.New(c.memcache[leader])
+	client.Timeout = requestTimeout + time.Second
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		bad := checkValues(client, w.ackedBetween(time.Time{}, restartAt))
+		if bad == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kill: restarted %s did not catch up within 30s: %v", c.service(leader), bad)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("kill: %s restarted from its volume and reads all %d writes acknowledged while it was down, %s after `docker start`",
+		c.service(leader), len(missed), time.Since(restartAt).Round(time.Millisecond))
+}
+
+// killWitness SIGKILLs the witness under write load: the two data nodes
+// are a majority without it, so writes go on, within failoverBound at
+// worst; restarted, it is ready again.
+func (c *cluster) killWitness(t *testing.T, w *writers) {
+	for _, i := range c.all() {
+		if !c.members[i].witness {
+			continue
+		}
+		leader, term := c.waitLeader(t, c.all(), 10*time.Second)
+		id := c.container(t, i)
+		docker(t, "kill", id)
+		killAt := time.Now()
+		first := w.waitSuccessAfter(t, killAt, failoverBound)
+		w.waitSuccessesAfter(t, time.Now(), 100, 20*time.Second)
+		gap := w.longestGap(killAt.Add(-time.Second), time.Now())
+		after, afterTerm := c.waitLeader(t, c.others(i), 10*time.Second)
+		t.Logf("witness kill: %s SIGKILLed: kill→first acknowledged write %s, longest client gap %s; leader %s (term %d) before, %s (term %d) after",
+			c.service(i), first.Sub(killAt).Round(time.Millisecond), gap.Round(time.Millisecond),
+			c.service(leader), term, c.service(after), afterTerm)
+		if gap > failoverBound {
+			t.Errorf("witness kill: no write acknowledged for %s (bound %s)", gap.Round(time.Millisecond), failoverBound)
+		}
+		docker(t, "start", id)
+		c.waitReady(t, c.all(), 60*time.Second)
+		t.Logf("witness kill: %s restarted from its volume and ready", c.service(i))
+	}
+}
+
+// verifyAcked reads every acknowledged write back, spread over the data
+// nodes.
 func (c *cluster) verifyAcked(t *testing.T, acked map[string]string) {
 	t.Helper()
-	var clients [nodes]*memcache.Client
-	for i := range clients {
-		clients[i] = memcache.New(c.memcache[i])
-		clients[i].Timeout = requestTimeout + time.Second
+	data := c.data()
+	clients := make([]*memcache.Client, len(data))
+	for n, i := range data {
+		clients[n] = memcache.New(c.memcache[i])
+		clients[n].Timeout = requestTimeout + time.Second
 	}
 	keys := make([]string, 0, len(acked))
 	for k := range acked {
@@ -470,9 +698,9 @@ func (c *cluster) verifyAcked(t *testing.T, acked map[string]string) {
 		for _, k := range part {
 			want[k] = acked[k]
 		}
-		got, err := clients[n%nodes].GetMulti(part)
+		got, err := clients[n%len(data)].GetMulti(part)
 		if err != nil {
-			t.Fatalf("verify: GetMulti on %s: %v", service(n%nodes), err)
+			t.Fatalf("verify: GetMulti on %s: %v", c.service(data[n%len(data)]), err)
 		}
 		for k, v := range want {
 			it, ok := got[k]
@@ -493,7 +721,7 @@ func (c *cluster) verifyAcked(t *testing.T, acked map[string]string) {
 	if missing+wrong > 0 {
 		t.Fatalf("verify: %d of %d acknowledged writes missing, %d with a wrong value", missing, len(keys), wrong)
 	}
-	t.Logf("verify: all %d acknowledged writes present with their values after restarting every node", len(keys))
+	t.Logf("verify: all %d acknowledged writes present with their values", len(keys))
 }
 
 // checkValues returns nil when client reads every key with its value.
@@ -539,9 +767,9 @@ func rawRequest(addr, req string, within time.Duration) (string, error) {
 	return strings.TrimRight(line, "\r\n"), nil
 }
 
-// writers drive one memcache client per node, each writing unique keys; a
-// write counts as acknowledged only on STORED. Any other outcome may or may
-// not have happened and is never checked.
+// writers drive one memcache client per data node, each writing unique
+// keys; a write counts as acknowledged only on STORED. Any other outcome may
+// or may not have happened and is never checked.
 type writers struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -561,7 +789,7 @@ type success struct {
 func startWriters(t *testing.T, c *cluster) *writers {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &writers{cancel: cancel}
-	for i := 0; i < nodes; i++ {
+	for _, i := range c.data() {
 		client := memcache.New(c.memcache[i])
 		// Longer than the server's request timeout, so a slow write comes
 		// back as the server's SERVER_ERROR, not a client-side timeout.
