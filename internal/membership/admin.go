@@ -130,7 +130,7 @@ func (c *Controller) AddMember(ctx context.Context, m httpapi.MemberInfo) (httpa
 		return httpapi.JoinInfo{}, fmt.Errorf("%w: %s", kv.ErrMemberExists, m.Name)
 	}
 	if m.Witness {
-		if err := c.checkWitnessAdd(st); err != nil {
+		if err := c.checkWitnessAdd(st, id); err != nil {
 			return httpapi.JoinInfo{}, err
 		}
 	}
@@ -170,8 +170,11 @@ func role(witness bool) string {
 }
 
 // checkWitnessAdd refuses a witness the data members would not outnumber.
-func (c *Controller) checkWitnessAdd(st replica.Status) error {
-	data, witnesses := c.countRoles(st, 0)
+// The witness itself is left out of the count: registered already (kvd
+// cluster add, then its --join start, answered by a follower that passes
+// it on), it is not a second one.
+func (c *Controller) checkWitnessAdd(st replica.Status, id replica.NodeID) error {
+	data, witnesses := c.countRoles(st, id)
 	if witnesses+1 >= data {
 		return fmt.Errorf("%w: %d data member(s) and %d witness(es) already; the data members must outnumber the witnesses (add a data member first)",
 			kv.ErrWitnessQuorum, data, witnesses)

@@ -183,3 +183,14 @@ func TestJoinInAnotherRoleIsRefused(t *testing.T) {
 	require.ErrorContains(t, err, "added as a data member and asks to join as a witness")
 	require.True(t, c.IsWitness(IDOf("n3")) == false)
 }
+
+// A witness registered by kvd cluster add joins through a follower: its
+// join is not refused as a second witness.
+func TestRegisteredWitnessJoinsThroughAFollower(t *testing.T) {
+	rep := &fakeReplica{st: replica.Status{Role: "follower", Voters: []replica.NodeID{IDOf("n1"), IDOf("n2")}, Learners: []replica.NodeID{IDOf("w")}}}
+	c := newTestController(rep, &fakeState{rows: []fsm.Member{{ID: uint64(IDOf("w")), Name: "w", PeerAddr: "w:90", Witness: true}}})
+	c.file.Members = c.file.Members[:2]
+	_, err := c.AddMember(context.Background(), httpapi.MemberInfo{Name: "w", PeerAddr: "w:90", Witness: true})
+	require.NoError(t, err)
+	require.Len(t, rep.changes, 1, "passed on to the leader")
+}

@@ -144,8 +144,9 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		CompactKeep:    cfg.SnapshotCatchupEntries,
 		MaxPending:     cfg.MaxPending,
 		Witness:        witness,
-		// Asked only once the loop runs, after n.members is set below.
-		IsWitness: func(id replica.NodeID) bool { return n.members.IsWitness(id) },
+		// Asked only once the loop runs, after members is set below. Not
+		// through n, which a failed start sets to nil while the loop runs.
+		IsWitness: func(id replica.NodeID) bool { return built.members.IsWitness(id) },
 	}
 	// Who the members are: cluster.json, written at the first start (from
 	// --initial-cluster, or from the answer to --join).
