@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -62,4 +63,33 @@ func TestWithoutVoteRequests(t *testing.T) {
 		types = append(types, m.GetType())
 	}
 	require.Equal(t, []pb.MessageType{pb.MsgAppResp, pb.MsgVoteResp, pb.MsgPreVoteResp, pb.MsgHeartbeatResp}, types)
+}
+
+func TestRefusesWitness(t *testing.T) {
+	const w = 3
+	msg := func(typ pb.MessageType, from uint64) *pb.Message {
+		return &pb.Message{Type: typ.Enum(), From: proto.Uint64(from), To: proto.Uint64(1), Term: proto.Uint64(5)}
+	}
+	isWitness := func(id NodeID) bool { return id == w }
+	data := &Replica{cfg: Config{IsWitness: isWitness}, logger: slog.New(slog.DiscardHandler)}
+	witness := &Replica{cfg: Config{Witness: true, IsWitness: isWitness}, logger: slog.New(slog.DiscardHandler)}
+	for _, tc := range []struct {
+		name string
+		r    *Replica
+		m    *pb.Message
+		want bool
+	}{
+		{"a data member ignores a witness's vote request", data, msg(pb.MsgVote, w), true},
+		{"and its pre-vote request", data, msg(pb.MsgPreVote, w), true},
+		{"a data member's vote request passes", data, msg(pb.MsgVote, 2), false},
+		{"a witness's vote answer passes", data, msg(pb.MsgVoteResp, w), false},
+		{"a witness's append answer passes", data, msg(pb.MsgAppResp, w), false},
+		{"a witness ignores the order to campaign", witness, msg(pb.MsgTimeoutNow, 1), true},
+		{"a data member takes it", data, msg(pb.MsgTimeoutNow, 2), false},
+		{"a witness answers vote requests", witness, msg(pb.MsgVote, 2), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, tc.r.refusesWitness(tc.m))
+		})
+	}
 }
