@@ -42,6 +42,9 @@
 //	   OpMetaArith and OpAccess; and the items whose meta state (fetched,
 //	   last access, stale, token sent) they set, which the state machine
 //	   stores in a form older binaries do not read
+//	6  witnesses: a configuration change that adds a member records in the
+//	   member table whether it is a witness or a data member (older
+//	   binaries drop those fields when they rewrite a row)
 package command
 
 import (
@@ -58,7 +61,11 @@ const Version byte = 1
 // ClusterVersionMax is the highest cluster version this binary applies
 // (see the package doc). A new operation, format version or apply rule
 // raises it, and is gated on the cluster version reaching it.
-const ClusterVersionMax uint64 = 5
+const ClusterVersionMax uint64 = 6
+
+// ClusterVersionWitness is the cluster version from which a witness may be
+// added online, and from which the member table records members' roles.
+const ClusterVersionWitness uint64 = 6
 
 // Op names a state-machine operation.
 type Op uint8

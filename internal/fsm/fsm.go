@@ -585,7 +585,7 @@ func (f *FSM) Apply(ents []Entry) ([]command.Result, error) {
 		f.unflushed += int64(len(e.Data))
 		if e.Member != nil {
 			st.membersChanged = true
-			if err := f.applyMemberChange(b, e.Member); err != nil {
+			if err := f.applyMemberChange(b, e.Member, st.clusterVersion); err != nil {
 				return nil, fmt.Errorf("apply member change at %d: %w", e.Index, err)
 			}
 			continue

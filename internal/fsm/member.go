@@ -24,8 +24,12 @@ type Member struct {
 	HTTPAddr     string `json:"http_addr,omitempty"`
 	MemcacheAddr string `json:"memcache_addr,omitempty"`
 	// Witness marks a witness: a voter that holds no data
-	// (docs/witness.md). Set by the change that added it.
+	// (docs/witness.md). Data marks a member added as a data member. Both
+	// are set by the configuration change that added the member, from
+	// cluster version 6 on; a founding member's row has neither, and its
+	// role is what cluster.json says.
 	Witness bool `json:"witness,omitempty"`
+	Data    bool `json:"data,omitempty"`
 }
 
 func memberKey(id uint64) []byte {
@@ -56,7 +60,7 @@ func storeMember(b *pebble.Batch, m Member) error {
 	return b.Set(memberKey(m.ID), v, nil)
 }
 
-func (f *FSM) applyMemberChange(b *pebble.Batch, c *MemberChange) error {
+func (f *FSM) applyMemberChange(b *pebble.Batch, c *MemberChange, clusterVersion uint64) error {
 	if c.Remove {
 		return b.Delete(memberKey(c.ID), nil)
 	}
@@ -71,7 +75,11 @@ func (f *FSM) applyMemberChange(b *pebble.Batch, c *MemberChange) error {
 	if c.PeerAddr != "" {
 		m.PeerAddr = c.PeerAddr
 	}
-	m.Witness = m.Witness || c.Witness
+	if c.Name != "" && clusterVersion >= command.ClusterVersionWitness {
+		// An add (a promotion names nobody, and keeps what the row says):
+		// a name removed and added back takes the role it is added in.
+		m.Witness, m.Data = c.Witness, !c.Witness
+	}
 	return storeMember(b, m)
 }
 

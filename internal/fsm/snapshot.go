@@ -282,6 +282,12 @@ func (f *FSM) InstallSnapshot(src string, minApplied uint64) error {
 			_ = probe.Close()
 			return fmt.Errorf("install snapshot: strip the items a witness does not keep: %w", err)
 		}
+	} else if copied, err := isWitnessCopy(probe); err != nil || copied {
+		_ = probe.Close()
+		if err == nil {
+			err = errors.New("it was made for a witness and holds no items (does the leader take this member for a witness?)")
+		}
+		return fmt.Errorf("install snapshot: refused: %w", err)
 	}
 	if err := probe.Close(); err != nil {
 		return fmt.Errorf("install snapshot: close received state: %w", err)

@@ -70,6 +70,10 @@ func copyMeta(src pebble.Reader, dst *pebble.DB) (uint64, error) {
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
 		return 0, fmt.Errorf("checkpoint members: read: %w", err)
 	}
+	// Marked, so that a data member never installs it as its state.
+	if err := b.Set(metaWitnessCopy, []byte{1}, nil); err != nil {
+		return 0, fmt.Errorf("checkpoint members: %w", err)
+	}
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return 0, fmt.Errorf("checkpoint members: write: %w", err)
 	}
@@ -77,6 +81,22 @@ func copyMeta(src pebble.Reader, dst *pebble.DB) (uint64, error) {
 		return 0, fmt.Errorf("checkpoint members: flush: %w", err)
 	}
 	return applied, nil
+}
+
+// metaWitnessCopy marks a store CheckpointMembers wrote: the metadata of a
+// data member's, without its items.
+var metaWitnessCopy = []byte{prefixMeta, 'W'}
+
+// isWitnessCopy reports whether db was written by CheckpointMembers.
+func isWitnessCopy(db *pebble.DB) (bool, error) {
+	_, closer, err := db.Get(metaWitnessCopy)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, closer.Close()
 }
 
 // stripItems deletes every item from a witness's store: a snapshot sent by

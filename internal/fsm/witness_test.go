@@ -27,12 +27,12 @@ func TestWitnessAppliesMembersNotItems(t *testing.T) {
 	next := setKeys(t, w, 1, 0, 50, "v")
 	attrs, err := command.Encode(nil, &command.Command{Op: command.OpMember, ReqID: 7, Member: command.MemberAttrs{ID: 1, Name: "n1", HTTPAddr: "h1:80"}})
 	require.NoError(t, err)
-	raise, err := command.Encode(nil, &command.Command{Op: command.OpClusterVersion, ClusterVersion: 2})
+	raise, err := command.Encode(nil, &command.Command{Op: command.OpClusterVersion, ClusterVersion: command.ClusterVersionWitness})
 	require.NoError(t, err)
 	res, err := w.Apply([]Entry{
 		{Index: next, Data: attrs},
-		{Index: next + 1, Member: &MemberChange{ID: 3, Name: "w", PeerAddr: "h3:90", Witness: true}},
-		{Index: next + 2, Data: raise},
+		{Index: next + 1, Data: raise},
+		{Index: next + 2, Member: &MemberChange{ID: 3, Name: "w", PeerAddr: "h3:90", Witness: true}},
 	})
 	require.NoError(t, err)
 	require.Equal(t, uint64(7), res[0].ReqID, "the member's own publication is answered")
@@ -41,7 +41,7 @@ func TestWitnessAppliesMembersNotItems(t *testing.T) {
 	_, ok, err := w.Get([]byte("key-1"), t0)
 	require.NoError(t, err)
 	require.False(t, ok)
-	require.Equal(t, uint64(2), w.ClusterVersion())
+	require.Equal(t, command.ClusterVersionWitness, w.ClusterVersion())
 	ms := w.Members()
 	require.Len(t, ms, 2)
 	require.Equal(t, Member{ID: 3, Name: "w", PeerAddr: "h3:90", Witness: true}, ms[1])
@@ -72,6 +72,14 @@ func TestCheckpointMembersInstallsOnAWitness(t *testing.T) {
 	require.Equal(t, applied, w.AppliedIndex())
 	require.Zero(t, w.Stats().Items)
 	require.Equal(t, leader.Members(), w.Members())
+
+	// The same copy is refused by a data member: it holds no items.
+	ck2 := filepath.Join(root, "data", "snap-incoming", "1")
+	_, err = leader.CheckpointMembers(ck2)
+	require.NoError(t, err)
+	d := openTest(t, filepath.Join(root, "data", "state"))
+	defer func() { require.NoError(t, d.Close()) }()
+	require.ErrorContains(t, d.InstallSnapshot(ck2, applied), "made for a witness")
 }
 
 // A full snapshot (from a leader that did not know the receiver for a

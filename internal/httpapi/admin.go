@@ -265,6 +265,8 @@ func (a *api) adminFail(w http.ResponseWriter, r *http.Request, body []byte, err
 		writeError(w, http.StatusConflict, "member_exists", err.Error())
 	case errors.Is(err, kv.ErrVersionTooOld):
 		writeError(w, http.StatusConflict, "version_too_old", err.Error())
+	case errors.Is(err, kv.ErrClusterVersion):
+		writeError(w, http.StatusConflict, "cluster_version", err.Error())
 	case errors.Is(err, kv.ErrWitnessQuorum):
 		writeError(w, http.StatusConflict, "witness_quorum", err.Error())
 	case errors.Is(err, kv.ErrLastVoter):

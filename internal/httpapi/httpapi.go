@@ -160,7 +160,7 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}()
 	}
 	path := r.URL.EscapedPath()
-	if a.opts.Witness != nil && (path == "/v1/kv" || strings.HasPrefix(path, kvPrefix)) {
+	if a.opts.Witness != nil && (path == "/v1/kv" || strings.HasPrefix(path, kvPrefix) || path == "/v1/cluster/digest") {
 		name = metrics.RouteKV
 		// 421 Misdirected Request: this member will never answer it,
 		// however often it is retried; the data members will.

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kvd-project/kvd/internal/command"
 	"github.com/kvd-project/kvd/internal/fsm"
 	"github.com/kvd-project/kvd/internal/httpapi"
 	"github.com/kvd-project/kvd/internal/kv"
@@ -56,9 +57,13 @@ func (c *Controller) rows() map[uint64]fsm.Member {
 		if m.PeerAddr == "" {
 			m.PeerAddr = prev.PeerAddr
 		}
-		// A founding witness's row is written when it publishes, which
-		// does not repeat what cluster.json says of it.
-		m.Witness = m.Witness || prev.Witness
+		// A founding member's row (written when it publishes) says
+		// nothing of its role: cluster.json does. A row written by the
+		// change that added a member does, also when the name was a
+		// founding witness's, removed and added back as a data member.
+		if !m.Witness && !m.Data {
+			m.Witness = prev.Witness
+		}
 		out[m.ID] = m
 	}
 	return out
@@ -73,11 +78,14 @@ func (c *Controller) Member(id kv.NodeID) (httpapi.MemberInfo, bool) {
 	return httpapi.MemberInfo{Name: m.Name, PeerAddr: m.PeerAddr, HTTPAddr: m.HTTPAddr, MemcacheAddr: m.MemcacheAddr, Witness: m.Witness}, true
 }
 
-// DataMembers are the members that are not witnesses, by name.
+// DataMembers are the members of the configuration that are not
+// witnesses, by name.
 func (c *Controller) DataMembers() []httpapi.MemberInfo {
 	var out []httpapi.MemberInfo
-	for id, m := range c.rows() {
-		if !m.Witness {
+	st := c.rep.Status()
+	rows := c.rows()
+	for _, id := range slices.Concat(st.Voters, st.Learners) {
+		if m, ok := rows[uint64(id)]; ok && !m.Witness {
 			info, _ := c.Member(kv.NodeID(id))
 			out = append(out, info)
 		}
@@ -130,6 +138,10 @@ func (c *Controller) AddMember(ctx context.Context, m httpapi.MemberInfo) (httpa
 		return httpapi.JoinInfo{}, fmt.Errorf("%w: %s", kv.ErrMemberExists, m.Name)
 	}
 	if m.Witness {
+		if cv := c.state.ClusterVersion(); cv < command.ClusterVersionWitness {
+			return httpapi.JoinInfo{}, fmt.Errorf("%w: adding a witness needs cluster version %d, the cluster is at %d",
+				kv.ErrClusterVersion, command.ClusterVersionWitness, cv)
+		}
 		if err := c.checkWitnessAdd(st, id); err != nil {
 			return httpapi.JoinInfo{}, err
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvd-project/kvd/internal/command"
 	"github.com/kvd-project/kvd/internal/fsm"
 	"github.com/kvd-project/kvd/internal/httpapi"
 	"github.com/kvd-project/kvd/internal/kv"
@@ -149,7 +150,7 @@ func TestWitnessChangesKeepDataMembersAhead(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep := &fakeReplica{st: replica.Status{Role: "leader", Voters: ids(tc.voters...), Learners: ids(tc.learners...)}}
-			c := newTestController(rep, &fakeState{rows: []fsm.Member{{ID: uint64(IDOf("n4")), Name: "n4", PeerAddr: "n4:90"}}})
+			c := newTestController(rep, &fakeState{rows: []fsm.Member{{ID: uint64(IDOf("n4")), Name: "n4", PeerAddr: "n4:90"}}, version: command.ClusterVersionMax})
 			for i, m := range c.file.Members {
 				for _, w := range tc.witnesses {
 					if m.Name == w {
@@ -174,6 +175,30 @@ func TestWitnessChangesKeepDataMembersAhead(t *testing.T) {
 	}
 }
 
+// A witness is added only once every member knows witnesses.
+func TestWitnessNeedsClusterVersion(t *testing.T) {
+	rep := &fakeReplica{st: replica.Status{Role: "leader", Voters: []replica.NodeID{IDOf("n1"), IDOf("n2")}}}
+	c := newTestController(rep, &fakeState{version: command.ClusterVersionWitness - 1})
+	_, err := c.AddMember(context.Background(), httpapi.MemberInfo{Name: "w", PeerAddr: "w:90", Witness: true})
+	require.ErrorIs(t, err, kv.ErrClusterVersion)
+	require.Empty(t, rep.changes)
+}
+
+// A founding witness's row says nothing of its role, cluster.json does; a
+// row written by the change that added the member says it, also for a
+// founding witness's name removed and added back as a data member.
+func TestRolesFromTheTableOverTheFile(t *testing.T) {
+	rep := &fakeReplica{st: replica.Status{Role: "leader", Voters: []replica.NodeID{IDOf("n1"), IDOf("n2"), IDOf("n3")}}}
+	c := newTestController(rep, &fakeState{version: command.ClusterVersionMax})
+	c.file.Members[2].Witness = true
+	require.True(t, c.IsWitness(IDOf("n3")), "a founding witness")
+	c.state.(*fakeState).rows = []fsm.Member{{ID: uint64(IDOf("n3")), Name: "n3", PeerAddr: "n3:90", HTTPAddr: "n3:80"}}
+	require.True(t, c.IsWitness(IDOf("n3")), "after it published its addresses")
+	c.state.(*fakeState).rows = []fsm.Member{{ID: uint64(IDOf("n3")), Name: "n3", PeerAddr: "n3:91", Data: true}}
+	require.False(t, c.IsWitness(IDOf("n3")), "removed and added back as a data member")
+	require.Len(t, c.DataMembers(), 3)
+}
+
 // A member registered as one role cannot join as the other.
 func TestJoinInAnotherRoleIsRefused(t *testing.T) {
 	rep := &fakeReplica{st: replica.Status{Role: "leader", Voters: []replica.NodeID{IDOf("n1"), IDOf("n2"), IDOf("n3")}}}
@@ -188,7 +213,7 @@ func TestJoinInAnotherRoleIsRefused(t *testing.T) {
 // join is not refused as a second witness.
 func TestRegisteredWitnessJoinsThroughAFollower(t *testing.T) {
 	rep := &fakeReplica{st: replica.Status{Role: "follower", Voters: []replica.NodeID{IDOf("n1"), IDOf("n2")}, Learners: []replica.NodeID{IDOf("w")}}}
-	c := newTestController(rep, &fakeState{rows: []fsm.Member{{ID: uint64(IDOf("w")), Name: "w", PeerAddr: "w:90", Witness: true}}})
+	c := newTestController(rep, &fakeState{rows: []fsm.Member{{ID: uint64(IDOf("w")), Name: "w", PeerAddr: "w:90", Witness: true}}, version: command.ClusterVersionMax})
 	c.file.Members = c.file.Members[:2]
 	_, err := c.AddMember(context.Background(), httpapi.MemberInfo{Name: "w", PeerAddr: "w:90", Witness: true})
 	require.NoError(t, err)

@@ -58,17 +58,6 @@ type File struct {
 	Witness bool `json:"witness,omitempty"`
 }
 
-// Witnesses are the members this file names as witnesses.
-func (m *File) Witnesses() map[uint64]bool {
-	out := map[uint64]bool{}
-	for _, x := range m.Members {
-		if x.Witness {
-			out[x.ID] = true
-		}
-	}
-	return out
-}
-
 // checkSelf reports why this data dir cannot be started as member name:
 // it was started under another one.
 func (m *File) checkSelf(name, path string) error {
@@ -185,6 +174,13 @@ func fromFlags(cfg config.Config) (*File, error) {
 	witnesses, err := cfg.Witnesses(ms)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.IsWitness() && !witnesses[cfg.Name] {
+		// A witness founding a cluster the others do not know it a witness
+		// in, or one of its own, which it would lead with no data: every
+		// member must be given the same --initial-witnesses.
+		return nil, fmt.Errorf("witness: a founding witness must be named in --initial-witnesses (the same list on every member), " +
+			"with at least two data members in --initial-cluster; a witness joining a running cluster gives --join")
 	}
 	m := &File{Witness: cfg.IsWitness()}
 	h := fnv.New64a()

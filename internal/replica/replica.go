@@ -918,7 +918,9 @@ func (r *Replica) step(m *pb.Message) {
 // ticks, as if it had heard from a leader as it started; a leadership
 // transfer's votes pass, as they pass raft's own refusal.
 func (r *Replica) refusesVote(m *pb.Message) bool {
-	if r.lease.dur == 0 || r.ticks >= uint64(r.cfg.voteLeaseTicks()) {
+	// A witness refuses whatever its own read consistency: the data
+	// members' is what its refusal protects.
+	if (r.lease.dur == 0 && !r.cfg.Witness) || r.ticks >= uint64(r.cfg.voteLeaseTicks()) {
 		return false
 	}
 	if t := m.GetType(); t != pb.MsgVote && t != pb.MsgPreVote {
@@ -932,6 +934,12 @@ func (r *Replica) refusesVote(m *pb.Message) bool {
 const campaignTransfer = "CampaignTransfer"
 
 func (r *Replica) handleReady(rd raft.Ready) error {
+	if r.cfg.Witness && rd.SoftState != nil && rd.SoftState.RaftState == raft.StateLeader {
+		// The rules of witness.go make this impossible; should a member
+		// configuration defeat them, stop before sending a log without
+		// payloads to anyone.
+		return errors.New("this witness became leader, which a witness must never be: stopping (are the data members' --initial-witnesses the same as this one's?)")
+	}
 	r.checkConfProposed(rd)
 	if rd.SoftState != nil && rd.SoftState.Lead != r.leader {
 		r.logger.Info("leader changed", "from", r.leader, "to", rd.SoftState.Lead, "term", r.rn.BasicStatus().GetTerm())
@@ -1155,6 +1163,7 @@ func (r *Replica) apply(committed []*pb.Entry) error {
 	// the entry's index.
 	type change struct{ reqID, index uint64 }
 	var changes []change
+	changed := false
 	for i, e := range committed {
 		ents[i] = Entry{Index: e.GetIndex()}
 		bytes += len(e.GetData())
@@ -1162,6 +1171,7 @@ func (r *Replica) apply(committed []*pb.Entry) error {
 		case pb.EntryNormal:
 			ents[i].Data = e.GetData()
 		case pb.EntryConfChange, pb.EntryConfChangeV2:
+			changed = true
 			cc, reqID, err := r.applyConfChange(e)
 			if err != nil {
 				return err
@@ -1175,6 +1185,11 @@ func (r *Replica) apply(committed []*pb.Entry) error {
 	results, err := r.sm.Apply(ents)
 	if err != nil {
 		return fmt.Errorf("apply committed entries: %w", err)
+	}
+	if changed {
+		// After the state machine wrote the rows that say which members
+		// are witnesses.
+		r.refreshLease()
 	}
 	// A change's caller hears of it once the state machine holds its member
 	// row too: a join's answer lists the members from there.
@@ -1205,7 +1220,6 @@ func (r *Replica) applyConfChange(e *pb.Entry) (*ConfChange, uint64, error) {
 	}
 	r.confState = r.rn.ApplyConfChange(cci)
 	r.lastConfChange = e.GetIndex()
-	r.refreshLease()
 	r.logger.Info("applied configuration change", "index", e.GetIndex(), "voters", r.confState.GetVoters(), "learners", r.confState.GetLearners())
 	// kvd proposes only single-member v1 changes; anything else (none today)
 	// changes raft's configuration but not the member table.

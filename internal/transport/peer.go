@@ -117,9 +117,11 @@ func (p *peer) run() {
 			p.dropQueued()
 			return
 		case <-w.closed: // nil while not connected
-			if p.ctx.Err() == nil {
-				p.log.Info("peer closed our connection; dialling again at the next message")
+			if p.ctx.Err() != nil {
+				p.dropQueued() // closed by our own shutdown
+				return
 			}
+			p.log.Info("peer closed our connection; dialling again at the next message")
 			// A connection the far side drops at once is a failure like a
 			// refused dial, and backs off the next; one that lasted was
 			// a peer going away, to be dialled again without delay.

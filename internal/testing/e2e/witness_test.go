@@ -240,6 +240,11 @@ func TestWitnessRefusesDataAndForeignDataDirs(t *testing.T) {
 	}{
 		{procs[1].DataDir, "n2", []string{"--witness"}, "belongs to a data member"},
 		{w.DataDir, "n3", nil, "belongs to a witness"},
+		// A witness founding a cluster of its own, or one its peers do
+		// not know it a witness in.
+		{filepath.Join(t.TempDir(), "lone"), "w", []string{"--witness"}, "a founding witness must be named in --initial-witnesses"},
+		{filepath.Join(t.TempDir(), "unnamed"), "n3", []string{"--witness", "--initial-cluster", "n1=h1:1,n2=h2:1,n3=h3:1"},
+			"a founding witness must be named in --initial-witnesses"},
 	} {
 		code, log := runServe(t, c.dir, c.name, c.args...)
 		require.NotZero(t, code, log)
@@ -280,6 +285,7 @@ func TestWitnessJoinsAndIsReplaced(t *testing.T) {
 		require.NoError(t, mc.Set(&memcache.Item{Key: fmt.Sprintf("k%d", i), Value: []byte(value)}))
 	}
 	lead := leaderOf(t, procs)
+	procs[lead].WaitClusterVersion() // a witness is added from version 6 on
 	w := kvdproc.Launch(t, filepath.Join(t.TempDir(), "w"), "w", append([]string{"--peer-addr", kvdproc.FreeAddr(t),
 		"--witness", "--join", "http://" + procs[lead].HTTPAddr}, compact...)...)
 	w.WaitReady()
