@@ -75,13 +75,16 @@ e2e: image ## docker-compose cluster under faults: failover, partition, restart 
 
 # Faulted real-process runs checked for linearizability, lost writes and
 # replica divergence (docs/robustness.md). COUNT runs of DURATION traffic,
-# one fault each, cycling through FAULTS (default: all) from SEED (0: clock).
+# one fault each, cycling through FAULTS (default: all) from SEED (0: clock),
+# on TOPOLOGY (1n, 3n, 2n+1w: two data members and a witness; default:
+# chosen per run from its seed).
 COUNT     ?= 10
 DURATION  ?= 5s
 SEED      ?= 0
 FAULTS    ?=
+TOPOLOGY  ?=
 ROBUSTNESS_TIMEOUT ?= 30m
 .PHONY: robustness
-robustness: ## faulted cluster runs checked with porcupine (COUNT, DURATION, SEED, FAULTS)
+robustness: ## faulted cluster runs checked with porcupine (COUNT, DURATION, SEED, FAULTS, TOPOLOGY)
 	$(GO) test ./internal/testing/robustness -run TestRobustness -count=1 -v -timeout $(ROBUSTNESS_TIMEOUT) \
-		-args -runs=$(COUNT) -duration=$(DURATION) -seed=$(SEED) -faults=$(FAULTS)
+		-args -runs=$(COUNT) -duration=$(DURATION) -seed=$(SEED) -faults=$(FAULTS) -topology=$(TOPOLOGY)

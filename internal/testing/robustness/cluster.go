@@ -32,8 +32,11 @@ var DefaultTiming = Timing{Heartbeat: 50 * time.Millisecond, ElectionTimeout: 50
 // Node is one kvd member: its fixed addresses survive restarts so that
 // pinned clients and the proxies keep pointing at it.
 type Node struct {
-	Name         string
-	ID           uint64 // learned from /v1/cluster once it runs
+	Name string
+	ID   uint64 // learned from /v1/cluster once it runs
+	// Witness: the node is a witness, which holds no data and refuses
+	// data requests; clients never send it one.
+	Witness      bool
 	DataDir      string
 	LogPath      string
 	MemcacheAddr string
@@ -79,19 +82,20 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// StartCluster launches size members (n1…) under dir with binary bin and
-// waits until each is ready and knows its ID. The extra flags go to every
-// node after the harness's own (later flags win).
+// StartCluster launches the members of topo (n1…, the witnesses last,
+// named in every member's --initial-witnesses) under dir with binary bin
+// and waits until each is ready and knows its ID. The extra flags go to
+// every node after the harness's own (later flags win).
 //
 // Ports are picked free and then handed to kvd, so another process (on a
 // shared machine, another test) can take one in between. A start in which
 // a node exits is therefore retried from scratch with new ports, up to
 // three times; the failed attempts are returned in Cluster.StartRetries so
 // that a node that dies at start-up for another reason is still reported.
-func StartCluster(ctx context.Context, bin, dir string, size int, tm Timing, extra ...string) (*Cluster, error) {
+func StartCluster(ctx context.Context, bin, dir string, topo Topology, tm Timing, extra ...string) (*Cluster, error) {
 	var retries []string
 	for attempt := 1; ; attempt++ {
-		c, err := startCluster(ctx, bin, dir, size, tm, extra...)
+		c, err := startCluster(ctx, bin, dir, topo, tm, extra...)
 		if err == nil {
 			c.StartRetries = retries
 			return c, nil
@@ -100,7 +104,7 @@ func StartCluster(ctx context.Context, bin, dir string, size int, tm Timing, ext
 			return nil, err
 		}
 		retries = append(retries, err.Error())
-		for i := 1; i <= size; i++ {
+		for i := 1; i <= topo.Size(); i++ {
 			name := fmt.Sprintf("n%d", i)
 			_ = os.RemoveAll(filepath.Join(dir, name))
 			_ = os.Remove(filepath.Join(dir, name+".log"))
@@ -108,11 +112,12 @@ func StartCluster(ctx context.Context, bin, dir string, size int, tm Timing, ext
 	}
 }
 
-func startCluster(ctx context.Context, bin, dir string, size int, tm Timing, extra ...string) (*Cluster, error) {
+func startCluster(ctx context.Context, bin, dir string, topo Topology, tm Timing, extra ...string) (*Cluster, error) {
 	c := &Cluster{Timing: tm, http: &http.Client{Timeout: 2 * time.Second}}
 	var members []string
+	size := topo.Size()
 	for i := 1; i <= size; i++ {
-		n := &Node{Name: fmt.Sprintf("n%d", i), bin: bin}
+		n := &Node{Name: fmt.Sprintf("n%d", i), Witness: i > topo.Data, bin: bin}
 		n.DataDir = filepath.Join(dir, n.Name)
 		n.LogPath = filepath.Join(dir, n.Name+".log")
 		for _, p := range []*string{&n.MemcacheAddr, &n.HTTPAddr, &n.PeerAddr} {
@@ -143,6 +148,9 @@ func startCluster(ctx context.Context, bin, dir string, size int, tm Timing, ext
 			"--request-timeout", tm.RequestTimeout.String()}
 		if size > 1 {
 			n.args = append(n.args, "--initial-cluster", strings.Join(members, ","))
+		}
+		if w := topo.WitnessNames(); len(w) > 0 {
+			n.args = append(n.args, "--initial-witnesses", strings.Join(w, ","))
 		}
 		n.args = append(n.args, extra...)
 		if err := n.launch(); err != nil {
@@ -409,6 +417,32 @@ func (c *Cluster) Others(n *Node) []*Node {
 	for _, m := range c.Nodes {
 		if m != n {
 			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// DataNodes returns the nodes that hold data: every node but the
+// witnesses. Clients, the final reads and the digests use these only.
+func (c *Cluster) DataNodes() []*Node { return dataOnly(c.Nodes) }
+
+// Witnesses returns the witnesses.
+func (c *Cluster) Witnesses() []*Node {
+	var out []*Node
+	for _, n := range c.Nodes {
+		if n.Witness {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// dataOnly returns the nodes of nodes that hold data.
+func dataOnly(nodes []*Node) []*Node {
+	var out []*Node
+	for _, n := range nodes {
+		if !n.Witness {
+			out = append(out, n)
 		}
 	}
 	return out

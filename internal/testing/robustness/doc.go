@@ -1,19 +1,25 @@
 // Package robustness owns kvd's fault-injection harness: it starts real kvd
-// processes (a 3-node cluster, sometimes a single node) on loopback, drives
-// memcache traffic at them from several sequential clients (by id%3: text,
-// client.go; binary, binclient.go; or meta, metaclient.go), injects one
-// fault per run (SIGKILL, SIGSTOP, network partitions, delay, connection
-// resets), heals, and then checks three properties:
+// processes on loopback (a Topology: 3 data members, sometimes a single
+// node, or two data members and a witness), drives memcache traffic at the
+// data members from several sequential clients (by id%3: text, client.go;
+// binary, binclient.go; or meta, metaclient.go), injects one fault per run
+// (SIGKILL, SIGSTOP, network partitions, delay, connection resets,
+// snapshots, membership changes, crashes at failpoints), heals, and then
+// checks three properties:
 //
 //   - every key's history is linearizable (porcupine, with the models in
 //     model.go: register, CAS, add/replace and counter operations share one
 //     per-key model), a write whose outcome is unknown may or may not have
 //     happened, a failed read is dropped;
 //   - no acknowledged write is lost: after healing, every key is read on
-//     every node through linearizable reads, and those reads are part of
-//     the checked history;
+//     every data member through linearizable reads, and those reads are
+//     part of the checked history;
 //   - replicas converge: once every node reports the same applied index,
-//     local reads of every key give the same digest on every node.
+//     local reads of every key give the same digest on every data member.
+//
+// A witness (witness.go) holds no data, so it gets no client request and
+// no digest; the run checks instead that it is a voter marked witness,
+// refuses data, holds no item and never led.
 //
 // Peer traffic goes through a Network of TCP proxies owned by this package,
 // one in front of each node's peer listener; the nodes' --initial-cluster

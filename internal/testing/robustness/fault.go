@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 )
@@ -21,8 +22,11 @@ type Env struct {
 // time it chooses, and then expects the cluster to recover by itself.
 type Fault struct {
 	Name string
-	// Sizes are the cluster sizes the fault applies to.
-	Sizes []int
+	// Topologies are the cluster shapes the fault applies to. A fault
+	// that runs on TwoAndWitness aims at the leader (always a data
+	// member) or at a random member, the witness included; one that
+	// cannot run there says why in its doc comment.
+	Topologies []Topology
 	// Args are extra `kvd serve` flags for every node of a run with this
 	// fault (e.g. small compaction settings); -kvd-args come after them and
 	// win.
@@ -37,20 +41,29 @@ type Fault struct {
 // crashes (fault_failpoint.go).
 func Faults() []Fault {
 	faults := []Fault{
-		{Name: "kill-leader", Sizes: []int{1, 3}, Inject: killOne(true)},
-		{Name: "kill-follower", Sizes: []int{3}, Inject: killOne(false)},
-		{Name: "kill-all", Sizes: []int{1, 3}, Inject: killAll},
-		{Name: "pause-leader", Sizes: []int{1, 3}, Inject: pauseLeader},
-		{Name: "partition-leader", Sizes: []int{3}, Inject: isolate(true)},
-		{Name: "partition-follower", Sizes: []int{3}, Inject: isolate(false)},
-		{Name: "cut-leader-outbound", Sizes: []int{3}, Inject: oneWay(true)},
-		{Name: "cut-leader-inbound", Sizes: []int{3}, Inject: oneWay(false)},
-		{Name: "delay-peers", Sizes: []int{3}, Inject: delayPeers},
-		{Name: "reset-peers", Sizes: []int{3}, Inject: resetPeers},
+		{Name: "kill-leader", Topologies: anyTopology, Inject: killOne(true)},
+		{Name: "kill-follower", Topologies: manyNodes, Inject: killOne(false)},
+		{Name: "kill-all", Topologies: anyTopology, Inject: killAll},
+		{Name: "pause-leader", Topologies: anyTopology, Inject: pauseLeader},
+		{Name: "partition-leader", Topologies: manyNodes, Inject: isolate(true)},
+		{Name: "partition-follower", Topologies: manyNodes, Inject: isolate(false)},
+		{Name: "cut-leader-outbound", Topologies: manyNodes, Inject: oneWay(true)},
+		{Name: "cut-leader-inbound", Topologies: manyNodes, Inject: oneWay(false)},
+		{Name: "delay-peers", Topologies: manyNodes, Inject: delayPeers},
+		{Name: "reset-peers", Topologies: manyNodes, Inject: resetPeers},
 	}
 	faults = append(faults, clusterFaults()...)
 	return append(faults, failpointFaults()...)
 }
+
+// Topology sets of the registry.
+var (
+	anyTopology = []Topology{OneNode, ThreeNodes, TwoAndWitness}
+	manyNodes   = []Topology{ThreeNodes, TwoAndWitness}
+)
+
+// Fits reports whether f applies to topo.
+func (f Fault) Fits(topo Topology) bool { return slices.Contains(f.Topologies, topo) }
 
 // FaultByName finds a registered fault.
 func FaultByName(name string) (Fault, error) {
@@ -62,11 +75,15 @@ func FaultByName(name string) (Fault, error) {
 	return Fault{}, fmt.Errorf("unknown fault %q", name)
 }
 
-// pick returns the leader (leader true) or a random follower.
+// pick returns the leader (leader true) or a random follower, which may
+// be a witness.
 func pick(ctx context.Context, e *Env, leader bool) (*Node, error) {
 	lead, err := e.Cluster.Leader(ctx, 10*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("find the leader: %w", err)
+	}
+	if lead.Witness {
+		return nil, fmt.Errorf("witness %s claims to lead", lead.Name)
 	}
 	if leader {
 		return lead, nil

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,10 +21,11 @@ import (
 // clusterFaults are the faults that exercise snapshots and membership.
 func clusterFaults() []Fault {
 	return []Fault{
-		{Name: "snapshot-follower", Sizes: []int{3}, Args: snapshotArgs, Inject: snapshotFollower},
-		{Name: "transfer-leader", Sizes: []int{3}, Inject: transferLeader},
-		// Compaction too: see replaceFollower.
-		{Name: "replace-follower", Sizes: []int{3}, Args: snapshotArgs, Inject: replaceFollower},
+		{Name: "snapshot-follower", Topologies: manyNodes, Args: snapshotArgs, Inject: snapshotFollower},
+		{Name: "transfer-leader", Topologies: manyNodes, Inject: transferLeader},
+		// Compaction too: see replaceFollower. With a witness, the
+		// witness is the follower replaced.
+		{Name: "replace-follower", Topologies: manyNodes, Args: snapshotArgs, Inject: replaceFollower},
 	}
 }
 
@@ -114,9 +116,10 @@ func snapshotFollower(ctx context.Context, e *Env) (func(context.Context) error,
 	}, nil
 }
 
-// fill writes filler keys through the given nodes until each of them has
-// applied target, or maxFillWrites attempts have been made. It returns the
-// writes acknowledged.
+// fill writes filler keys through the given nodes (the data members among
+// them) until each of them (witnesses too) has applied target, or
+// maxFillWrites attempts have been made. It returns the writes
+// acknowledged.
 func fill(ctx context.Context, c *Cluster, nodes []*Node, target uint64) (int, error) {
 	n, err := fillUntil(ctx, c, nodes, 0, func() bool { return c.allApplied(ctx, nodes, target) })
 	if err != nil {
@@ -125,11 +128,14 @@ func fill(ctx context.Context, c *Cluster, nodes []*Node, target uint64) (int, e
 	return n, nil
 }
 
-// fillUntil writes filler keys through the given nodes, gap apart, until
-// enough reports true (asked every 20 writes, which keeps status polls
-// cheap) or maxFillWrites attempts have been made. It returns the writes
-// acknowledged.
+// fillUntil writes filler keys through the data members among the given
+// nodes (a witness refuses them), gap apart, until enough reports true
+// (asked every 20 writes, which keeps status polls cheap) or maxFillWrites
+// attempts have been made. It returns the writes acknowledged.
 func fillUntil(ctx context.Context, c *Cluster, nodes []*Node, gap time.Duration, enough func() bool) (int, error) {
+	if nodes = dataOnly(nodes); len(nodes) == 0 {
+		return 0, errors.New("no data member to write filler keys through")
+	}
 	conns := map[*Node]*mcConn{}
 	defer func() {
 		for _, mc := range conns {
@@ -300,10 +306,12 @@ func (c *Cluster) leaderTerm(ctx context.Context) (*Node, uint64) {
 }
 
 // transferLeader moves leadership one to three times during traffic, each
-// time through a random node's admin API (a follower forwards it), to the
-// most caught-up voter or to a named one. Each move is checked: a node
-// other than the old leader must lead in a later term. Heal fails if no
-// move ever happened.
+// time through a random node's admin API (a follower forwards it, a
+// witness too), to the most caught-up voter or to a named data member.
+// Each move is checked: a node other than the old leader must lead in a
+// later term. Heal fails if no move ever happened. With a witness, heal
+// also asks for leadership to move to it, through a random node, and fails
+// unless that is refused (409) and leadership stays where it was.
 func transferLeader(ctx context.Context, e *Env) (func(context.Context) error, error) {
 	el := e.Cluster.Timing.ElectionTimeout
 	count := 1 + e.Rng.IntN(3)
@@ -313,10 +321,14 @@ func transferLeader(ctx context.Context, e *Env) (func(context.Context) error, e
 	}
 	// Drawn here, so that the seed alone fixes them.
 	via := make([]*Node, count)
-	target := make([]int, count) // -1: the most caught-up voter; else an index into the followers
+	target := make([]int, count) // -1: the most caught-up voter; else an index into the data followers
 	for i := range count {
 		via[i] = e.Cluster.Nodes[e.Rng.IntN(len(e.Cluster.Nodes))]
-		target[i] = e.Rng.IntN(len(e.Cluster.Nodes)) - 1
+		target[i] = e.Rng.IntN(len(e.Cluster.DataNodes())) - 1
+	}
+	var refuseVia *Node
+	if len(e.Cluster.Witnesses()) > 0 {
+		refuseVia = e.Cluster.Nodes[e.Rng.IntN(len(e.Cluster.Nodes))]
 	}
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -345,9 +357,57 @@ func transferLeader(ctx context.Context, e *Env) (func(context.Context) error, e
 			return fmt.Errorf("leadership never moved in %d attempted transfers: %w", count, lastErr)
 		}
 		e.Logf("leadership moved %d of %d times", moved, count)
+		if refuseVia != nil {
+			if err := transferToWitness(ctx, e, refuseVia); err != nil {
+				return err
+			}
+		}
 		_, err := e.Cluster.Leader(ctx, 10*time.Second)
 		return err
 	}, nil
+}
+
+// transferToWitness asks via to hand leadership to the witness, which kvd
+// must refuse (409, code "witness") without moving leadership.
+func transferToWitness(ctx context.Context, e *Env, via *Node) error {
+	w := e.Cluster.Witnesses()[0]
+	var old *Node
+	var oldTerm uint64
+	if err := poll(ctx, 10*time.Second, "a leader before the transfer to the witness", func() (bool, error) {
+		old, oldTerm = e.Cluster.leaderTerm(ctx)
+		return old != nil, nil
+	}); err != nil {
+		return err
+	}
+	// A 503 (no leader for the moment, a timeout) is retried; any other
+	// answer is the verdict.
+	var status int
+	var body []byte
+	err := poll(ctx, 5*time.Second, "an answer to a transfer to witness "+w.Name+" via "+via.Name, func() (bool, error) {
+		var err error
+		status, body, err = admin(ctx, http.MethodPost, "http://"+via.HTTPAddr+"/v1/cluster/transfer-leader", map[string]string{"to": w.Name})
+		if err == nil && status == http.StatusServiceUnavailable {
+			err = fmt.Errorf("HTTP %d: %s", status, bytes.TrimSpace(body))
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		return err
+	}
+	var answer struct {
+		Code string `json:"code"`
+	}
+	_ = json.Unmarshal(body, &answer)
+	if status != http.StatusConflict || answer.Code != "witness" {
+		return fmt.Errorf("transfer to witness %s via %s: HTTP %d %s, want 409 with code witness", w.Name, via.Name, status, bytes.TrimSpace(body))
+	}
+	// A refused transfer leaves the leader alone. A new election could
+	// still happen for another reason, but it must not be the witness's.
+	if lead, term := e.Cluster.leaderTerm(ctx); lead == w {
+		return fmt.Errorf("witness %s leads (term %d, was %s at %d) after a refused transfer", w.Name, term, old.Name, oldTerm)
+	}
+	e.Logf("transfer to witness %s via %s refused (HTTP %d)", w.Name, via.Name, status)
+	return nil
 }
 
 // transferOnce asks via to move leadership and waits until another node
@@ -365,7 +425,7 @@ func transferOnce(ctx context.Context, c *Cluster, logf func(string, ...any), vi
 	}
 	to := ""
 	if target >= 0 {
-		to = c.Others(old)[target].Name
+		to = dataOnly(c.Others(old))[target].Name
 	}
 	var answer string
 	err := poll(ctx, 5*time.Second, "transfer leadership", func() (bool, error) {
@@ -397,12 +457,16 @@ func transferOnce(ctx context.Context, c *Cluster, logf func(string, ...any), vi
 
 // memberView is the part of /v1/cluster that shows membership.
 type memberView struct {
-	Ready   bool `json:"ready"`
-	Members []struct {
-		Name string `json:"name"`
-		Kind string `json:"kind"`
-		Self bool   `json:"self"`
-	} `json:"members"`
+	Ready   bool         `json:"ready"`
+	Members []viewMember `json:"members"`
+}
+
+// viewMember is one member in a memberView.
+type viewMember struct {
+	Name    string `json:"name"`
+	Kind    string `json:"kind"`
+	Self    bool   `json:"self"`
+	Witness bool   `json:"witness"`
 }
 
 // replaceFollower removes a follower from the cluster during traffic, waits
@@ -410,6 +474,14 @@ type memberView struct {
 // starts it again as a new member under the same name and addresses (kvd
 // serve --join), then waits until it is a voter and ready. The final
 // checks read and digest it like any other node.
+//
+// With a witness, the follower replaced is the witness: first the removal
+// of the data follower must be refused (409 witness_quorum: one data
+// member and a witness would survive no loss, and a witness alone could
+// not elect it). The witness is removed, and comes back as a witness
+// (kvd serve --witness --join), drawn per run either registered first
+// with `kvd cluster add --witness` or adding itself as it joins. It must
+// then be a voter marked witness in its own view.
 //
 // Both ways a new member catches up are drawn per run: the survivors
 // compact their logs past the removal first, so the new member is sent a
@@ -425,6 +497,12 @@ func replaceFollower(ctx context.Context, e *Env) (func(context.Context) error, 
 	}
 	others := e.Cluster.Others(lead)
 	f := others[e.Rng.IntN(len(others))]
+	if ws := e.Cluster.Witnesses(); len(ws) > 0 {
+		f = ws[0]
+		if err := removalRefused(ctx, e, lead, dataOnly(others)[0]); err != nil {
+			return nil, err
+		}
+	}
 	// The join goes through a random survivor: a follower forwards it.
 	survivors := e.Cluster.Others(f)
 	via := survivors[e.Rng.IntN(len(survivors))]
@@ -467,16 +545,22 @@ func replaceFollower(ctx context.Context, e *Env) (func(context.Context) error, 
 		return nil, fmt.Errorf("wipe %s: %w", f.Name, err)
 	}
 	compact, writeWhileJoining := e.Rng.IntN(2) == 0, e.Rng.IntN(2) == 0
+	addFirst := f.Witness && e.Rng.IntN(2) == 0
 	filled := func(context.Context) error { return nil }
 	if compact {
 		filled = fillPast(ctx, e, survivors, removedAt+snapshotLag)
 	}
-	e.Logf("compact past the removal: %v; writes while %s joins: %v", compact, f.Name, writeWhileJoining)
+	e.Logf("compact past the removal: %v; writes while %s joins: %v; registered before it starts: %v", compact, f.Name, writeWhileJoining, addFirst)
 	return func(ctx context.Context) error {
 		if err := filled(ctx); err != nil {
 			return err
 		}
-		f.args = joinArgs(f.args, "http://"+via.HTTPAddr, f.ProxyAddr)
+		if addFirst {
+			if err := addWitness(ctx, e, f, via); err != nil {
+				return err
+			}
+		}
+		f.args = joinArgs(f.args, "http://"+via.HTTPAddr, f.ProxyAddr, f.Witness)
 		e.Logf("start %s again, joining through %s", f.Name, via.Name)
 		if err := f.Restart(); err != nil {
 			return err
@@ -512,25 +596,79 @@ func replaceFollower(ctx context.Context, e *Env) (func(context.Context) error, 
 }
 
 // joinArgs turns a founding member's flags into a joiner's: no
-// --initial-cluster, --join through a member, and the proxy advertised as
-// its peer address so that partitions still cut it.
-func joinArgs(args []string, join, proxy string) []string {
-	out := make([]string, 0, len(args)+4)
+// --initial-cluster nor --initial-witnesses, --join through a member,
+// --witness for a witness, and the proxy advertised as its peer address so
+// that partitions still cut it.
+func joinArgs(args []string, join, proxy string, witness bool) []string {
+	out := make([]string, 0, len(args)+5)
 	for i := 0; i < len(args); i++ {
-		if args[i] == "--initial-cluster" {
+		if args[i] == "--initial-cluster" || args[i] == "--initial-witnesses" {
 			i++ // and its value
 			continue
 		}
 		out = append(out, args[i])
 	}
+	if witness {
+		out = append(out, "--witness")
+	}
 	return slices.Concat(out, []string{"--join", join, "--advertise-peer-addr", proxy})
+}
+
+// removalRefused asks the leader to remove data member d, which would
+// leave one data member and a witness, and fails unless kvd refuses (409,
+// code witness_quorum) and d is still a voter. A 503 is retried.
+func removalRefused(ctx context.Context, e *Env, lead, d *Node) error {
+	u := "http://" + lead.HTTPAddr + "/v1/cluster/members/" + url.PathEscape(d.Name)
+	var status int
+	var body []byte
+	err := poll(ctx, 5*time.Second, "an answer to the removal of "+d.Name, func() (bool, error) {
+		var err error
+		status, body, err = admin(ctx, http.MethodDelete, u, nil)
+		if err == nil && status == http.StatusServiceUnavailable {
+			err = fmt.Errorf("HTTP %d: %s", status, bytes.TrimSpace(body))
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		return err
+	}
+	var answer struct {
+		Code string `json:"code"`
+	}
+	_ = json.Unmarshal(body, &answer)
+	if status != http.StatusConflict || answer.Code != "witness_quorum" {
+		return fmt.Errorf("remove data member %s beside a witness: HTTP %d %s, want 409 with code witness_quorum", d.Name, status, bytes.TrimSpace(body))
+	}
+	var v memberView
+	if err := e.Cluster.getJSON(ctx, "http://"+lead.HTTPAddr+"/v1/cluster", &v); err != nil {
+		return err
+	}
+	if m, ok := v.member(d.Name); !ok || m.Kind != "voter" {
+		return fmt.Errorf("%s is no longer a voter (%+v) after its removal was refused", d.Name, m)
+	}
+	e.Logf("removal of data member %s refused (HTTP %d %s)", d.Name, status, answer.Code)
+	return nil
+}
+
+// addWitness registers w as a witness with `kvd cluster add --witness`
+// through via, before w starts: the way an operator adds one.
+func addWitness(ctx context.Context, e *Env, w, via *Node) error {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, w.bin, "cluster", "add", "--witness", w.Name, w.ProxyAddr,
+		"--endpoints", "http://"+via.HTTPAddr).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("kvd cluster add --witness %s via %s: %w: %s", w.Name, via.Name, err, bytes.TrimSpace(out))
+	}
+	e.Logf("kvd cluster add --witness %s via %s: %s", w.Name, via.Name, strings.Join(strings.Fields(string(out)), " "))
+	return nil
 }
 
 // waitVoter waits until n is ready and a voter in its own view of the
 // configuration (a joiner starts as a learner and is promoted by the
-// leader once it has caught up).
+// leader once it has caught up), marked witness if and only if n is one.
 func waitVoter(ctx context.Context, c *Cluster, n *Node) error {
-	kind := "none"
+	kind, witness := "none", false
 	err := poll(ctx, 60*time.Second, n.Name+" joins as a voter", func() (bool, error) {
 		if !n.Running() {
 			return false, fmt.Errorf("%w: %s exited; its log ends:\n%s", errGiveUp, n.Name, logTail(n.LogPath, 15))
@@ -541,8 +679,11 @@ func waitVoter(ctx context.Context, c *Cluster, n *Node) error {
 		}
 		for _, m := range v.Members {
 			if m.Self {
-				kind = m.Kind
+				kind, witness = m.Kind, m.Witness
 			}
+		}
+		if kind == "voter" && witness != n.Witness {
+			return false, fmt.Errorf("%w: %s joined as a voter with witness %v, want %v", errGiveUp, n.Name, witness, n.Witness)
 		}
 		return v.Ready && kind == "voter", nil
 	})

@@ -29,7 +29,7 @@ type crashAt struct {
 	point string
 	// leader: the node crashes while it leads; otherwise as a follower.
 	leader bool
-	sizes  []int
+	topos  []Topology
 	// maxHit: the crash comes on a hit drawn from 1..maxHit.
 	maxHit int
 	// snapshot: the target crashes while a snapshot is shipped to (or
@@ -38,28 +38,28 @@ type crashAt struct {
 }
 
 var failpointCrashes = []crashAt{
-	{name: "crash-leader-before-sync", point: failpoint.RaftlogBeforeSync, leader: true, sizes: []int{1, 3}, maxHit: 30},
-	{name: "crash-leader-after-sync", point: failpoint.RaftlogAfterSync, leader: true, sizes: []int{1, 3}, maxHit: 30},
-	{name: "crash-follower-before-sync", point: failpoint.RaftlogBeforeSync, sizes: []int{3}, maxHit: 30},
-	{name: "crash-follower-after-sync", point: failpoint.RaftlogAfterSync, sizes: []int{3}, maxHit: 30},
-	{name: "crash-leader-before-apply", point: failpoint.FSMBeforeApply, leader: true, sizes: []int{1, 3}, maxHit: 30},
-	{name: "crash-leader-after-apply", point: failpoint.FSMAfterApply, leader: true, sizes: []int{1, 3}, maxHit: 30},
-	{name: "crash-follower-before-apply", point: failpoint.FSMBeforeApply, sizes: []int{3}, maxHit: 30},
-	{name: "crash-follower-after-apply", point: failpoint.FSMAfterApply, sizes: []int{3}, maxHit: 30},
+	{name: "crash-leader-before-sync", point: failpoint.RaftlogBeforeSync, leader: true, topos: anyTopology, maxHit: 30},
+	{name: "crash-leader-after-sync", point: failpoint.RaftlogAfterSync, leader: true, topos: anyTopology, maxHit: 30},
+	{name: "crash-follower-before-sync", point: failpoint.RaftlogBeforeSync, topos: manyNodes, maxHit: 30},
+	{name: "crash-follower-after-sync", point: failpoint.RaftlogAfterSync, topos: manyNodes, maxHit: 30},
+	{name: "crash-leader-before-apply", point: failpoint.FSMBeforeApply, leader: true, topos: anyTopology, maxHit: 30},
+	{name: "crash-leader-after-apply", point: failpoint.FSMAfterApply, leader: true, topos: anyTopology, maxHit: 30},
+	{name: "crash-follower-before-apply", point: failpoint.FSMBeforeApply, topos: manyNodes, maxHit: 30},
+	{name: "crash-follower-after-apply", point: failpoint.FSMAfterApply, topos: manyNodes, maxHit: 30},
 	// A checkpoint has a handful of files (manifest, options, markers,
 	// WAL, sstables); the stream hits after each, so a small count is
 	// always reached.
-	{name: "crash-leader-snapshot-send", point: failpoint.SnapshotSend, leader: true, sizes: []int{3}, maxHit: 2, snapshot: true},
-	{name: "crash-follower-snapshot-receive", point: failpoint.SnapshotReceive, sizes: []int{3}, maxHit: 2, snapshot: true},
-	{name: "crash-follower-snapshot-install", point: failpoint.SnapshotInstall, sizes: []int{3}, maxHit: 1, snapshot: true},
-	{name: "crash-follower-snapshot-installed", point: failpoint.SnapshotInstalled, sizes: []int{3}, maxHit: 1, snapshot: true},
+	{name: "crash-leader-snapshot-send", point: failpoint.SnapshotSend, leader: true, topos: manyNodes, maxHit: 2, snapshot: true},
+	{name: "crash-follower-snapshot-receive", point: failpoint.SnapshotReceive, topos: manyNodes, maxHit: 2, snapshot: true},
+	{name: "crash-follower-snapshot-install", point: failpoint.SnapshotInstall, topos: manyNodes, maxHit: 1, snapshot: true},
+	{name: "crash-follower-snapshot-installed", point: failpoint.SnapshotInstalled, topos: manyNodes, maxHit: 1, snapshot: true},
 }
 
 // failpointFaults crash a node at a named failpoint.
 func failpointFaults() []Fault {
 	out := make([]Fault, 0, len(failpointCrashes))
 	for _, c := range failpointCrashes {
-		f := Fault{Name: c.name, Sizes: c.sizes, Inject: c.inject}
+		f := Fault{Name: c.name, Topologies: c.topos, Inject: c.inject}
 		if c.snapshot {
 			f.Args = snapshotArgs
 		}

@@ -13,8 +13,13 @@ import (
 func TestFaultRegistry(t *testing.T) {
 	seen := map[string]bool{}
 	for _, f := range Faults() {
-		if f.Name == "" || f.Inject == nil || len(f.Sizes) == 0 {
+		if f.Name == "" || f.Inject == nil || len(f.Topologies) == 0 {
 			t.Errorf("incomplete fault %+v", f)
+		}
+		// Every fault of three data members runs with a witness too:
+		// one that cannot must be taken out here, with its reason.
+		if f.Fits(ThreeNodes) && !f.Fits(TwoAndWitness) {
+			t.Errorf("fault %s runs on 3n but not on 2n+1w", f.Name)
 		}
 		if seen[f.Name] {
 			t.Errorf("fault %s registered twice", f.Name)
@@ -30,8 +35,8 @@ func TestFaultRegistry(t *testing.T) {
 }
 
 // TestClusterFaultsRegistered: the snapshot and membership faults are in
-// the registry, need three nodes, and the ones that need a compacted log
-// set small compaction flags.
+// the registry, need three members (data members or two and a witness),
+// and the ones that need a compacted log set small compaction flags.
 func TestClusterFaultsRegistered(t *testing.T) {
 	tests := []struct {
 		name string
@@ -47,8 +52,8 @@ func TestClusterFaultsRegistered(t *testing.T) {
 			t.Errorf("%s: %v", tt.name, err)
 			continue
 		}
-		if !slices.Equal(f.Sizes, []int{3}) {
-			t.Errorf("%s: sizes %v, want [3]", tt.name, f.Sizes)
+		if !slices.Equal(f.Topologies, []Topology{ThreeNodes, TwoAndWitness}) {
+			t.Errorf("%s: topologies %v, want [3n 2n+1w]", tt.name, f.Topologies)
 		}
 		if !slices.Equal(f.Args, tt.args) {
 			t.Errorf("%s: args %q, want %q", tt.name, f.Args, tt.args)
@@ -69,9 +74,10 @@ func TestConfigKVDArgs(t *testing.T) {
 
 func TestJoinArgs(t *testing.T) {
 	tests := []struct {
-		name string
-		in   []string
-		want []string
+		name    string
+		in      []string
+		witness bool
+		want    []string
 	}{
 		{
 			name: "founding member",
@@ -83,9 +89,15 @@ func TestJoinArgs(t *testing.T) {
 			in:   []string{"serve", "--name", "n2"},
 			want: []string{"serve", "--name", "n2", "--join", "http://h:1", "--advertise-peer-addr", "p:2"},
 		},
+		{
+			name:    "founding witness",
+			in:      []string{"serve", "--name", "n3", "--initial-cluster", "n1=a:1,n2=a:2,n3=a:3", "--initial-witnesses", "n3", "--snapshot-count", "50"},
+			witness: true,
+			want:    []string{"serve", "--name", "n3", "--snapshot-count", "50", "--witness", "--join", "http://h:1", "--advertise-peer-addr", "p:2"},
+		},
 	}
 	for _, tt := range tests {
-		if got := joinArgs(tt.in, "http://h:1", "p:2"); !slices.Equal(got, tt.want) {
+		if got := joinArgs(tt.in, "http://h:1", "p:2", tt.witness); !slices.Equal(got, tt.want) {
 			t.Errorf("%s: joinArgs = %q, want %q", tt.name, got, tt.want)
 		}
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,7 +26,8 @@ var (
 	flagDuration = flag.Duration("duration", envDuration("ROBUSTNESS_DURATION", 4*time.Second), "client traffic per run")
 	flagSeed     = flag.Uint64("seed", envUint("ROBUSTNESS_SEED", 0), "first run's seed; run i uses seed+i (0: from the clock)")
 	flagFaults   = flag.String("faults", os.Getenv("ROBUSTNESS_FAULTS"), "comma-separated faults to cycle through (default: all)")
-	flagSize     = flag.Int("size", envInt("ROBUSTNESS_SIZE", 0), "cluster size for every run (0: 3, or 1 for a quarter of the runs whose fault allows it)")
+	flagSize     = flag.Int("size", envInt("ROBUSTNESS_SIZE", 0), "data members for every run, no witness (1 or 3; short for -topology=1n or 3n)")
+	flagTopology = flag.String("topology", os.Getenv("ROBUSTNESS_TOPOLOGY"), "cluster shape for every run: 1n, 3n, 2n+1w (or witness); default: drawn per run from its seed")
 	flagClients  = flag.Int("clients", envInt("ROBUSTNESS_CLIENTS", 6), "sequential clients per run")
 	flagKVDArgs  = flag.String("kvd-args", os.Getenv("ROBUSTNESS_KVD_ARGS"), "extra flags for every kvd serve, space-separated (e.g. --read-consistency=local to see a violation caught)")
 )
@@ -67,58 +70,116 @@ func artifactsRoot(t *testing.T) string {
 type plan struct {
 	seed  uint64
 	fault Fault
-	size  int
+	topo  Topology
 }
 
 func plans(t *testing.T) []plan {
-	faults := Faults()
-	if *flagFaults != "" {
-		faults = nil
-		for _, name := range strings.Split(*flagFaults, ",") {
-			f, err := FaultByName(strings.TrimSpace(name))
-			if err != nil {
-				t.Fatalf("-faults: %v", err)
-			}
-			faults = append(faults, f)
-		}
+	topo, err := fixedTopology(*flagTopology, *flagSize)
+	if err != nil {
+		t.Fatal(err)
 	}
 	seed := *flagSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano()) % 1_000_000_000
 	}
-	var out []plan
-	for i := range *flagRuns {
-		s := seed + uint64(i)
-		f := faults[s%uint64(len(faults))]
-		rng := rand.New(rand.NewPCG(s, 0x73697a65))
-		size := 3
-		if *flagSize != 0 {
-			size = *flagSize
-		} else if fits(f, 1) && rng.IntN(4) == 0 {
-			size = 1
-		}
-		if !fits(f, size) {
-			t.Fatalf("fault %s does not apply to %d nodes", f.Name, size)
-		}
-		out = append(out, plan{seed: s, fault: f, size: size})
+	ps, err := makePlans(Faults(), *flagFaults, topo, seed, *flagRuns)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return ps
 }
 
-func fits(f Fault, size int) bool {
-	for _, s := range f.Sizes {
-		if s == size {
-			return true
+// fixedTopology reads -topology and -size: the zero Topology when neither
+// is given (drawn per run).
+func fixedTopology(topology string, size int) (Topology, error) {
+	var fromSize Topology
+	switch size {
+	case 0:
+	case 1:
+		fromSize = OneNode
+	case 3:
+		fromSize = ThreeNodes
+	default:
+		return Topology{}, fmt.Errorf("-size %d: want 1 or 3 (or -topology)", size)
+	}
+	if topology == "" {
+		return fromSize, nil
+	}
+	t, err := ParseTopology(topology)
+	if err != nil {
+		return Topology{}, fmt.Errorf("-topology: %w", err)
+	}
+	if size != 0 && t != fromSize {
+		return Topology{}, fmt.Errorf("-size %d and -topology %s disagree", size, t)
+	}
+	return t, nil
+}
+
+// makePlans is the schedule of runs: run i has seed s = first+i and the
+// fault at s modulo the list (every fault of the registry, or the named
+// ones; with a fixed topology and no names, the registry's faults that
+// apply to it). Unless fixed, the topology follows from the seed too:
+//
+//   - two data members and a witness when (s + s/len(list)) % 3 == 0 and
+//     the fault allows it: a third of every pass through the list, and a
+//     fault's turn comes every third pass, so that any run of the list's
+//     length (what CI runs) has its share of witness runs, not a share
+//     left to chance;
+//   - otherwise one node for a quarter of the runs whose fault allows it,
+//     drawn from the seed;
+//   - otherwise three data members.
+func makePlans(registry []Fault, names string, topo Topology, first uint64, runs int) ([]plan, error) {
+	var faults []Fault
+	if names != "" {
+		for _, name := range strings.Split(names, ",") {
+			f, err := FaultByName(strings.TrimSpace(name))
+			if err != nil {
+				return nil, fmt.Errorf("-faults: %w", err)
+			}
+			faults = append(faults, f)
+		}
+	} else {
+		for _, f := range registry {
+			if topo == (Topology{}) || f.Fits(topo) {
+				faults = append(faults, f)
+			}
 		}
 	}
-	return false
+	if len(faults) == 0 {
+		return nil, fmt.Errorf("no fault applies to topology %s", topo)
+	}
+	var out []plan
+	for i := range runs {
+		s := first + uint64(i)
+		f := faults[s%uint64(len(faults))]
+		rng := rand.New(rand.NewPCG(s, 0x73697a65))
+		t := topo
+		if t == (Topology{}) {
+			// Drawn whatever the witness turn, so that the other seeds'
+			// choice of one node stays what it was before witnesses.
+			single := rng.IntN(4) == 0
+			switch {
+			case (s+s/uint64(len(faults)))%3 == 0 && f.Fits(TwoAndWitness):
+				t = TwoAndWitness
+			case single && f.Fits(OneNode):
+				t = OneNode
+			default:
+				t = ThreeNodes
+			}
+		}
+		if !f.Fits(t) {
+			return nil, fmt.Errorf("fault %s does not apply to topology %s", f.Name, t)
+		}
+		out = append(out, plan{seed: s, fault: f, topo: t})
+	}
+	return out, nil
 }
 
 // runSummary is one line of the summary file.
 type runSummary struct {
 	Seed        uint64   `json:"seed"`
 	Fault       string   `json:"fault"`
-	Nodes       int      `json:"nodes"`
+	Topology    string   `json:"topology"`
 	Ops         int      `json:"ops"`
 	Unknown     int      `json:"unknown"`
 	FailedReads int      `json:"failed_reads"`
@@ -139,14 +200,14 @@ func TestRobustness(t *testing.T) {
 	var sums []runSummary
 	start := time.Now()
 	for i, p := range ps {
-		name := fmt.Sprintf("%03d-%s-%dn-seed%d", i, p.fault.Name, p.size, p.seed)
+		name := fmt.Sprintf("%03d-%s-%s-seed%d", i, p.fault.Name, p.topo, p.seed)
 		t.Run(name, func(t *testing.T) {
 			bin := kvdproc.Binary(t)
 			if NeedsFailpoints(p.fault) {
 				bin = kvdproc.FailpointBinary(t)
 			}
 			cfg := Config{
-				Binary: bin, Dir: t.TempDir(), Seed: p.seed, Fault: p.fault, Size: p.size,
+				Binary: bin, Dir: t.TempDir(), Seed: p.seed, Fault: p.fault, Topology: p.topo,
 				Duration: *flagDuration, Clients: *flagClients, Timing: DefaultTiming,
 				ExtraArgs: strings.Fields(*flagKVDArgs), CheckTimeout: 60 * time.Second, Logf: t.Logf,
 			}
@@ -156,7 +217,7 @@ func TestRobustness(t *testing.T) {
 			if err != nil {
 				t.Fatalf("run: %v", err)
 			}
-			s := runSummary{Seed: p.seed, Fault: p.fault.Name, Nodes: p.size, Ops: res.Stats.Ops,
+			s := runSummary{Seed: p.seed, Fault: p.fault.Name, Topology: p.topo.String(), Ops: res.Stats.Ops,
 				Unknown: res.Stats.Unknown, FailedReads: res.Stats.FailedReads, Porcupine: string(res.Verdict.Result),
 				Illegal: res.Verdict.IllegalKeys, Lost: res.Verdict.LostKeys, Divergent: res.Divergent, Failures: res.Failures}
 			t.Logf("%d ops (%d reads, %d writes of which %d unknown; %d failed reads dropped), porcupine %s, applied %d, digests %v",
@@ -166,9 +227,9 @@ func TestRobustness(t *testing.T) {
 				t.Logf("porcupine did not finish within %s", cfg.CheckTimeout)
 			}
 			if res.Failed() {
-				out := filepath.Join(root, fmt.Sprintf("%d-%s", p.seed, p.fault.Name))
-				repro := fmt.Sprintf("go test ./internal/testing/robustness -run TestRobustness -count=1 -v -args -runs=1 -seed=%d -faults=%s -size=%d -duration=%s -clients=%d",
-					p.seed, p.fault.Name, p.size, *flagDuration, *flagClients)
+				out := filepath.Join(root, fmt.Sprintf("%d-%s-%s", p.seed, p.fault.Name, p.topo))
+				repro := fmt.Sprintf("go test ./internal/testing/robustness -run TestRobustness -count=1 -v -args -runs=1 -seed=%d -faults=%s -topology=%s -duration=%s -clients=%d",
+					p.seed, p.fault.Name, p.topo, *flagDuration, *flagClients)
 				if *flagKVDArgs != "" {
 					repro += fmt.Sprintf(" -kvd-args=%q", *flagKVDArgs)
 				}
@@ -199,21 +260,36 @@ func TestRobustness(t *testing.T) {
 	}
 }
 
-// logTable prints the per-fault totals the docs' results table is made of.
+// logTable prints the per-fault totals the docs' results table is made of,
+// then the totals of each topology.
 func logTable(t *testing.T, sums []runSummary, took time.Duration) {
-	type row struct{ runs, ops, unknown, illegal, lost, divergent, failed, timeouts int }
+	t.Logf("%d runs in %s, %s of traffic each:%s", len(sums), took.Round(time.Second), *flagDuration, resultTable(sums))
+}
+
+// resultTable is logTable's table: a row per fault (in the order of first
+// appearance) with the topologies its runs had, a row per topology, and
+// the total.
+func resultTable(sums []runSummary) string {
+	type row struct {
+		runs, ops, unknown, illegal, lost, divergent, failed, timeouts int
+		topos                                                          map[string]int
+	}
 	rows := map[string]*row{}
-	var names []string
-	total := &row{}
-	for _, s := range sums {
-		r := rows[s.Fault]
+	var names, topoNames []string
+	get := func(key string, list *[]string) *row {
+		r := rows[key]
 		if r == nil {
-			r = &row{}
-			rows[s.Fault] = r
-			names = append(names, s.Fault)
+			r = &row{topos: map[string]int{}}
+			rows[key] = r
+			*list = append(*list, key)
 		}
-		for _, x := range []*row{r, total} {
+		return r
+	}
+	total := &row{topos: map[string]int{}}
+	for _, s := range sums {
+		for _, x := range []*row{get(s.Fault, &names), get("all "+s.Topology, &topoNames), total} {
 			x.runs++
+			x.topos[s.Topology]++
 			x.ops += s.Ops
 			x.unknown += s.Unknown
 			x.illegal += len(s.Illegal)
@@ -227,14 +303,17 @@ func logTable(t *testing.T, sums []runSummary, took time.Duration) {
 			}
 		}
 	}
+	rows["total"] = total
+	slices.Sort(topoNames)
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\n| fault | runs | ops checked | unknown writes | violating keys | lost-write keys | divergent replicas | failed runs | checker timeouts |\n|---|---|---|---|---|---|---|---|---|\n")
-	for _, n := range append(names, "total") {
-		r := total
-		if n != "total" {
-			r = rows[n]
+	fmt.Fprintf(&sb, "\n| fault | runs | topologies | ops checked | unknown writes | violating keys | lost-write keys | divergent replicas | failed runs | checker timeouts |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, n := range slices.Concat(names, topoNames, []string{"total"}) {
+		r := rows[n]
+		var topos []string
+		for _, k := range slices.Sorted(maps.Keys(r.topos)) {
+			topos = append(topos, fmt.Sprintf("%s×%d", k, r.topos[k]))
 		}
-		fmt.Fprintf(&sb, "| %s | %d | %d | %d | %d | %d | %d | %d | %d |\n", n, r.runs, r.ops, r.unknown, r.illegal, r.lost, r.divergent, r.failed, r.timeouts)
+		fmt.Fprintf(&sb, "| %s | %d | %s | %d | %d | %d | %d | %d | %d | %d |\n", n, r.runs, strings.Join(topos, " "), r.ops, r.unknown, r.illegal, r.lost, r.divergent, r.failed, r.timeouts)
 	}
-	t.Logf("%d runs in %s, %s of traffic each:%s", len(sums), took.Round(time.Second), *flagDuration, sb.String())
+	return sb.String()
 }

@@ -29,12 +29,14 @@ type Config struct {
 	// Fault is injected once, a quarter into Duration, and healed at three
 	// quarters (but never held for less than three election timeouts).
 	Fault Fault
-	// Size is 1 or 3 nodes.
-	Size int
+	// Topology is the cluster's shape: 1 or 3 data members, or 2 and a
+	// witness.
+	Topology Topology
 	// Duration is how long clients send traffic.
 	Duration time.Duration
-	// Clients is the number of sequential clients; the first Size are
-	// pinned to one node each, the rest pick a node per operation.
+	// Clients is the number of sequential clients; the first ones are
+	// pinned to one data member each, the rest pick a data member per
+	// operation. No client ever sends a witness a request.
 	Clients int
 	Timing  Timing
 	// ExtraArgs go to every `kvd serve`, e.g. a weaker --read-consistency
@@ -54,13 +56,13 @@ func (cfg Config) kvdArgs() []string {
 // Result is what a run found. Failures is empty when every check passed.
 type Result struct {
 	Fault     string
-	Size      int
+	Topology  Topology
 	Seed      uint64
 	Stats     Stats
 	Verdict   Verdict
 	Applied   uint64
 	Digests   map[string]string
-	Divergent []string // nodes whose digest differs from the first node's
+	Divergent []string // data members whose digest differs from the first one's
 	Failures  []string
 	History   []*Op
 	Replicas  []Replica
@@ -85,11 +87,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	res := &Result{Fault: cfg.Fault.Name, Size: cfg.Size, Seed: cfg.Seed, Digests: map[string]string{}}
+	res := &Result{Fault: cfg.Fault.Name, Topology: cfg.Topology, Seed: cfg.Seed, Digests: map[string]string{}}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6b7664))
-	cl, err := StartCluster(ctx, cfg.Binary, cfg.Dir, cfg.Size, cfg.Timing, cfg.kvdArgs()...)
+	cl, err := StartCluster(ctx, cfg.Binary, cfg.Dir, cfg.Topology, cfg.Timing, cfg.kvdArgs()...)
 	if err != nil {
-		return nil, fmt.Errorf("start a %d-node cluster: %w", cfg.Size, err)
+		return nil, fmt.Errorf("start a %s cluster: %w", cfg.Topology, err)
 	}
 	defer cl.Close()
 	for _, r := range cl.StartRetries {
@@ -104,15 +106,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	tctx, stop := context.WithTimeout(ctx, cfg.Duration)
 	defer stop()
 	var wg sync.WaitGroup
+	data := cl.DataNodes()
 	for i := range cfg.Clients {
 		var pinned *Node
-		if i < len(cl.Nodes) {
-			pinned = cl.Nodes[i]
+		if i < len(data) {
+			pinned = data[i]
 		}
 		// Drawn, not fixed by position: the client pinned to the
 		// faulted node must sometimes be patient enough for its request
 		// to outlive a pause.
-		c := newClient(i, pinned, cl.Nodes, clientTimeouts[rng.IntN(len(clientTimeouts))], rng.Uint64(), h)
+		c := newClient(i, pinned, data, clientTimeouts[rng.IntN(len(clientTimeouts))], rng.Uint64(), h)
 		wg.Add(1)
 		go func() { defer wg.Done(); c.run(tctx) }()
 	}
@@ -146,18 +149,20 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.fail("fault: %v", faultErr)
 	}
 
-	// Recovery: every node ready, then a write that must succeed.
+	// Recovery: every node ready (witnesses too), then a write that must
+	// succeed.
 	if err := cl.WaitReady(ctx, cl.Nodes...); err != nil {
 		res.fail("after healing: %v", err)
 	}
-	final := newClient(cfg.Clients, nil, cl.Nodes, 4*time.Second, rng.Uint64(), h)
+	final := newClient(cfg.Clients, nil, data, 4*time.Second, rng.Uint64(), h)
 	defer final.close()
-	if _, err := final.mustSucceed(ctx, cl.Nodes, finalKey, Input{Op: OpSet, Value: "final"}, 30*time.Second); err != nil {
+	if _, err := final.mustSucceed(ctx, data, finalKey, Input{Op: OpSet, Value: "final"}, 30*time.Second); err != nil {
 		res.fail("final write: %v", err)
 	}
-	// Every key on every node, through linearizable reads that join the
-	// checked history: an acknowledged write that is gone shows up here.
-	for _, n := range cl.Nodes {
+	// Every key on every data member, through linearizable reads that
+	// join the checked history: an acknowledged write that is gone shows
+	// up here.
+	for _, n := range data {
 		for _, k := range AllKeys() {
 			if _, err := final.mustSucceed(ctx, []*Node{n}, k, Input{Op: OpGets}, 15*time.Second); err != nil {
 				// One node that cannot serve reads is one failure, not
@@ -168,13 +173,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 
-	// Convergence.
+	// Convergence: every member (witnesses too: they apply the same log,
+	// keeping only its member and cluster-version commands) at the same
+	// applied index, then the data members' states compared.
 	applied, err := cl.WaitApplied(ctx, 30*time.Second)
 	res.Applied = applied
 	if err != nil {
 		res.fail("replicas: %v", err)
 	} else {
-		for _, n := range cl.Nodes {
+		for _, n := range data {
 			r, err := cl.LocalState(ctx, n)
 			if err != nil {
 				res.fail("state of %s: %v", n.Name, err)
@@ -213,6 +220,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			res.fail("%s hit a data race (see its log)", n.Name)
 		}
 	}
+	for _, f := range checkWitnesses(ctx, cl, cfg.Logf) {
+		res.fail("%s", f)
+	}
 	return res, nil
 }
 
@@ -240,7 +250,7 @@ func SaveArtifacts(out string, cfg Config, res *Result, repro string) error {
 		}
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "fault: %s\nnodes: %d\nseed: %d\nduration: %s\nclients: %d\nkvd flags: %v\n", res.Fault, res.Size, res.Seed, cfg.Duration, cfg.Clients, cfg.kvdArgs())
+	fmt.Fprintf(&sb, "fault: %s\ntopology: %s\nseed: %d\nduration: %s\nclients: %d\nkvd flags: %v\n", res.Fault, res.Topology, res.Seed, cfg.Duration, cfg.Clients, cfg.kvdArgs())
 	fmt.Fprintf(&sb, "ops: %+v\nporcupine: %s\napplied: %d\ndigests: %v\n\nfailures:\n", res.Stats, res.Verdict.Result, res.Applied, res.Digests)
 	for _, f := range res.Failures {
 		fmt.Fprintf(&sb, "  - %s\n", f)

@@ -18,11 +18,14 @@ var flagScenarios = flag.String("scenarios", os.Getenv("ROBUSTNESS_SCENARIOS"), 
 // scenario is a named run that once found something (or proves that the
 // checker can): its seed and fault, and what it is expected to show.
 type scenario struct {
-	Name     string   `json:"name"`
-	Note     string   `json:"note"`
-	Seed     uint64   `json:"seed"`
-	Fault    string   `json:"fault"`
-	Size     int      `json:"size"`
+	Name  string `json:"name"`
+	Note  string `json:"note"`
+	Seed  uint64 `json:"seed"`
+	Fault string `json:"fault"`
+	// Topology is as -topology takes it (1n, 3n, 2n+1w); "" is Size data
+	// members.
+	Topology string   `json:"topology,omitempty"`
+	Size     int      `json:"size,omitempty"`
 	Duration string   `json:"duration"`
 	KVDArgs  []string `json:"kvd_args"`
 	// Expect is pass (a fixed bug stays fixed), violation (the run must
@@ -57,11 +60,15 @@ func TestScenarios(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			topo, err := fixedTopology(sc.Topology, sc.Size)
+			if err != nil || topo == (Topology{}) {
+				t.Fatalf("topology %q, size %d: %v", sc.Topology, sc.Size, err)
+			}
 			d, err := time.ParseDuration(sc.Duration)
 			if err != nil {
 				t.Fatalf("duration: %v", err)
 			}
-			cfg := Config{Binary: bin, Dir: t.TempDir(), Seed: sc.Seed, Fault: f, Size: sc.Size, Duration: d,
+			cfg := Config{Binary: bin, Dir: t.TempDir(), Seed: sc.Seed, Fault: f, Topology: topo, Duration: d,
 				Clients: 6, Timing: DefaultTiming, ExtraArgs: sc.KVDArgs, CheckTimeout: 60 * time.Second, Logf: t.Logf}
 			ctx, cancel := context.WithTimeout(context.Background(), d+5*time.Minute)
 			defer cancel()
