@@ -8,7 +8,7 @@ import (
 
 // Topology is the shape of a run's cluster: Data data members (n1…) and
 // then Witnesses witnesses, named after them (n3 in 2n+1w). A witness is a
-// raft voter that holds no data and never leads (docs/witness.md): the
+// raft voter that holds no data and never leads (internal/replica/witness.go): the
 // harness sends it no data request, reads no key from it and leaves it out
 // of the digest comparison, but waits for it to be ready, may fault it like
 // any member, and checks that it never leads and holds no item.
