@@ -481,8 +481,8 @@ type viewMember struct {
 // not elect it). The witness is removed, and comes back as a witness
 // (kvd serve --witness --join), drawn per run either registered first
 // with `kvd cluster add --witness` through the member it then joins
-// through, or adding itself as it joins. It must
-// then be a voter marked witness in its own view.
+// through, or adding itself as it joins. It must then be a voter marked
+// witness in its own view.
 //
 // Both ways a new member catches up are drawn per run: the survivors
 // compact their logs past the removal first, so the new member is sent a
