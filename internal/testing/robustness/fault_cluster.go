@@ -379,34 +379,16 @@ func transferToWitness(ctx context.Context, e *Env, via *Node) error {
 	}); err != nil {
 		return err
 	}
-	// A 503 (no leader for the moment, a timeout) is retried; any other
-	// answer is the verdict.
-	var status int
-	var body []byte
-	err := poll(ctx, 5*time.Second, "an answer to a transfer to witness "+w.Name+" via "+via.Name, func() (bool, error) {
-		var err error
-		status, body, err = admin(ctx, http.MethodPost, "http://"+via.HTTPAddr+"/v1/cluster/transfer-leader", map[string]string{"to": w.Name})
-		if err == nil && status == http.StatusServiceUnavailable {
-			err = fmt.Errorf("HTTP %d: %s", status, bytes.TrimSpace(body))
-		}
-		return err == nil, err
-	})
-	if err != nil {
+	if err := wantRefusal(ctx, http.MethodPost, "http://"+via.HTTPAddr+"/v1/cluster/transfer-leader", map[string]string{"to": w.Name},
+		"witness", "a transfer to witness "+w.Name+" via "+via.Name); err != nil {
 		return err
-	}
-	var answer struct {
-		Code string `json:"code"`
-	}
-	_ = json.Unmarshal(body, &answer)
-	if status != http.StatusConflict || answer.Code != "witness" {
-		return fmt.Errorf("transfer to witness %s via %s: HTTP %d %s, want 409 with code witness", w.Name, via.Name, status, bytes.TrimSpace(body))
 	}
 	// A refused transfer leaves the leader alone. A new election could
 	// still happen for another reason, but it must not be the witness's.
 	if lead, term := e.Cluster.leaderTerm(ctx); lead == w {
 		return fmt.Errorf("witness %s leads (term %d, was %s at %d) after a refused transfer", w.Name, term, old.Name, oldTerm)
 	}
-	e.Logf("transfer to witness %s via %s refused (HTTP %d)", w.Name, via.Name, status)
+	e.Logf("transfer to witness %s via %s refused (HTTP 409)", w.Name, via.Name)
 	return nil
 }
 
@@ -634,25 +616,8 @@ func joinArgs(args []string, join, proxy string, witness bool) []string {
 // code witness_quorum) and d is still a voter. A 503 is retried.
 func removalRefused(ctx context.Context, e *Env, lead, d *Node) error {
 	u := "http://" + lead.HTTPAddr + "/v1/cluster/members/" + url.PathEscape(d.Name)
-	var status int
-	var body []byte
-	err := poll(ctx, 5*time.Second, "an answer to the removal of "+d.Name, func() (bool, error) {
-		var err error
-		status, body, err = admin(ctx, http.MethodDelete, u, nil)
-		if err == nil && status == http.StatusServiceUnavailable {
-			err = fmt.Errorf("HTTP %d: %s", status, bytes.TrimSpace(body))
-		}
-		return err == nil, err
-	})
-	if err != nil {
+	if err := wantRefusal(ctx, http.MethodDelete, u, nil, "witness_quorum", "the removal of data member "+d.Name+" beside a witness"); err != nil {
 		return err
-	}
-	var answer struct {
-		Code string `json:"code"`
-	}
-	_ = json.Unmarshal(body, &answer)
-	if status != http.StatusConflict || answer.Code != "witness_quorum" {
-		return fmt.Errorf("remove data member %s beside a witness: HTTP %d %s, want 409 with code witness_quorum", d.Name, status, bytes.TrimSpace(body))
 	}
 	var v memberView
 	if err := e.Cluster.getJSON(ctx, "http://"+lead.HTTPAddr+"/v1/cluster", &v); err != nil {
@@ -661,7 +626,7 @@ func removalRefused(ctx context.Context, e *Env, lead, d *Node) error {
 	if m, ok := v.member(d.Name); !ok || m.Kind != "voter" {
 		return fmt.Errorf("%s is no longer a voter (%+v) after its removal was refused", d.Name, m)
 	}
-	e.Logf("removal of data member %s refused (HTTP %d %s)", d.Name, status, answer.Code)
+	e.Logf("removal of data member %s refused (HTTP 409 witness_quorum)", d.Name)
 	return nil
 }
 
@@ -718,6 +683,33 @@ func waitVoter(ctx context.Context, c *Cluster, n *Node) error {
 	if !n.Running() || err != nil || !v.Ready {
 		return fmt.Errorf("%s stopped serving right after joining as a voter (ready %v, %v); its log ends:\n%s",
 			n.Name, v.Ready, err, logTail(n.LogPath, 15))
+	}
+	return nil
+}
+
+// wantRefusal sends an admin request that must be refused with 409 and
+// code. A 503 (no leader for the moment, a timeout) is retried; any other
+// answer is the verdict.
+func wantRefusal(ctx context.Context, method, u string, req any, code, what string) error {
+	var status int
+	var body []byte
+	err := poll(ctx, 5*time.Second, "an answer to "+what, func() (bool, error) {
+		var err error
+		status, body, err = admin(ctx, method, u, req)
+		if err == nil && status == http.StatusServiceUnavailable {
+			err = fmt.Errorf("HTTP %d: %s", status, bytes.TrimSpace(body))
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		return err
+	}
+	var answer struct {
+		Code string `json:"code"`
+	}
+	_ = json.Unmarshal(body, &answer)
+	if status != http.StatusConflict || answer.Code != code {
+		return fmt.Errorf("%s: HTTP %d %s, want 409 with code %s", what, status, bytes.TrimSpace(body), code)
 	}
 	return nil
 }
