@@ -206,7 +206,7 @@ func TestJoinInAnotherRoleIsRefused(t *testing.T) {
 	_, err := c.AddMember(context.Background(), httpapi.MemberInfo{Name: "n3", PeerAddr: "n3:90", Witness: true})
 	require.ErrorIs(t, err, kv.ErrMemberExists)
 	require.ErrorContains(t, err, "added as a data member and asks to join as a witness")
-	require.True(t, c.IsWitness(IDOf("n3")) == false)
+	require.False(t, c.IsWitness(IDOf("n3")))
 }
 
 // A witness registered by kvd cluster add joins through a follower: its

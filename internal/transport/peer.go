@@ -290,11 +290,14 @@ func (w *writer) connect() error {
 	}
 	w.conn, w.connectedAt = conn, time.Now()
 	w.release = afterFunc(p.ctx, func() { conn.Close() })
-	w.closed = make(chan struct{})
+	// The watcher gets the channel, not the field: disconnect clears
+	// the field while the watcher may not have started yet.
+	closed := make(chan struct{})
+	w.closed = closed
 	p.t.wg.Add(1)
 	go func() {
 		defer p.t.wg.Done()
-		watch(conn, w.closed)
+		watch(conn, closed)
 	}()
 	p.connected.Store(true)
 	p.rtt.Store(int64(rtt))

@@ -102,16 +102,24 @@ func TestTCPDeliversInOrderWithoutLoss(t *testing.T) {
 	}
 }
 
-func TestTCPReconnectsAfterPeerRestart(t *testing.T) {
-	checkNoLeak(t)
+// restartablePair is node 1 dialling node 2, whose transport the test
+// closes itself (newTCP's cleanup would close it a second time).
+func restartablePair(t *testing.T) (*TCP, *recorder, *TCP, *recorder) {
+	t.Helper()
 	rec1, rec2 := newRecorder(), newRecorder()
 	t2, err := NewTCP(fastConfig(7, 2, nil), rec2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t2.Start()
+	t1 := newTCP(t, fastConfig(7, 1, map[uint64]string{2: t2.Addr()}), rec1, nil)
+	return t1, rec1, t2, rec2
+}
+
+func TestTCPReconnectsAfterPeerRestart(t *testing.T) {
+	checkNoLeak(t)
+	t1, rec1, t2, rec2 := restartablePair(t)
 	addr := t2.Addr()
-	t1 := newTCP(t, fastConfig(7, 1, map[uint64]string{2: addr}), rec1, nil)
 
 	idx := uint64(0)
 	send := func() { idx++; t1.Send([]*pb.Message{app(1, 2, idx)}) }
@@ -155,14 +163,8 @@ func TestTCPReconnectsAfterPeerRestart(t *testing.T) {
 // noticed when the peer closed it, not by losing that message.
 func TestTCPFirstMessageAfterQuietPeerRestart(t *testing.T) {
 	checkNoLeak(t)
-	rec1, rec2 := newRecorder(), newRecorder()
-	t2, err := NewTCP(fastConfig(7, 2, nil), rec2, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t2.Start()
+	t1, _, t2, rec2 := restartablePair(t)
 	addr := t2.Addr()
-	t1 := newTCP(t, fastConfig(7, 1, map[uint64]string{2: addr}), rec1, nil)
 	t1.Send([]*pb.Message{app(1, 2, 1)})
 	waitFor(t, "first delivery", func() bool { return rec2.count(1) == 1 })
 
