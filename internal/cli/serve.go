@@ -138,6 +138,15 @@ func bindFlags(fs *pflag.FlagSet, c *config.Config) *pflag.FlagSet {
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.DurationVar(&c.TimerSlack, "timer-slack", c.TimerSlack, "kernel timer slack for every kvd thread (Linux; 0: keep the inherited one); set by executing kvd again at start")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "serve Go's profiler at /debug/pprof/ on the HTTP listener")
+	fs.StringVar(&c.CertFile, "cert-file", c.CertFile, "TLS certificate (PEM) for the memcache and HTTP listeners, which then speak TLS only; re-read on SIGHUP or change")
+	fs.StringVar(&c.KeyFile, "key-file", c.KeyFile, "TLS private key (PEM) for --cert-file")
+	fs.StringVar(&c.TrustedCAFile, "trusted-ca-file", c.TrustedCAFile, "CA (PEM) that signs client certificates; a client certificate is verified against it when given")
+	fs.BoolVar(&c.ClientCertAuth, "client-cert-auth", c.ClientCertAuth, "require a client certificate signed by --trusted-ca-file on the memcache and HTTP listeners")
+	fs.StringVar(&c.TLSMinVersion, "tls-min-version", c.TLSMinVersion, "oldest TLS version accepted: 1.2 or 1.3")
+	fs.StringVar(&c.PeerCertFile, "peer-cert-file", c.PeerCertFile, "this member's certificate (PEM) for mutual TLS between members; it must name the member (DNS SAN or CN)")
+	fs.StringVar(&c.PeerKeyFile, "peer-key-file", c.PeerKeyFile, "private key (PEM) for --peer-cert-file")
+	fs.StringVar(&c.PeerTrustedCAFile, "peer-trusted-ca-file", c.PeerTrustedCAFile, "CA (PEM) that signs every member's peer certificate; with it, plaintext peers are refused")
+	fs.StringVar(&c.AuthFile, "auth-file", c.AuthFile, "htpasswd file of bcrypt hashes (htpasswd -B): memcache connections must authenticate, HTTP data and admin APIs need Basic credentials")
 	return fs
 }
 

@@ -127,6 +127,36 @@ type Config struct {
 	// EnablePprof serves Go's profiler at /debug/pprof/ on the HTTP listener.
 	// Default off.
 	EnablePprof bool `yaml:"enable-pprof"`
+
+	// CertFile and KeyFile (PEM) make the memcache and HTTP listeners speak
+	// TLS only, as memcached's -Z makes its port TLS-only: one port, one
+	// protocol, so a plaintext client is never served by mistake. Both or
+	// neither. Re-read without a restart (SIGHUP, or when the files change).
+	CertFile string `yaml:"cert-file"`
+	KeyFile  string `yaml:"key-file"`
+	// TrustedCAFile (PEM) is the CA that signs client certificates; with
+	// ClientCertAuth a client must present one it signed. Without
+	// ClientCertAuth a client certificate is asked for and verified if
+	// given (memcached's ssl_verify_mode "request").
+	TrustedCAFile  string `yaml:"trusted-ca-file"`
+	ClientCertAuth bool   `yaml:"client-cert-auth"`
+	// TLSMinVersion is the oldest TLS version accepted on every listener:
+	// 1.2 or 1.3. Default 1.2.
+	TLSMinVersion string `yaml:"tls-min-version"`
+	// PeerCertFile, PeerKeyFile and PeerTrustedCAFile turn on mutual TLS
+	// between members (raft messages and snapshot streams): each member
+	// presents its certificate, verifies the other's against the CA, and
+	// checks that it names the member it claims to be (a DNS name in its
+	// subject alternative names, or its common name, equal to the member
+	// name). All three or none; a member with them refuses plaintext peers.
+	PeerCertFile      string `yaml:"peer-cert-file"`
+	PeerKeyFile       string `yaml:"peer-key-file"`
+	PeerTrustedCAFile string `yaml:"peer-trusted-ca-file"`
+	// AuthFile is an htpasswd file of bcrypt hashes (htpasswd -B): with it,
+	// every memcache connection must authenticate (binary SASL PLAIN, or
+	// the text protocol's "set" exchange) and the HTTP data and admin APIs
+	// need HTTP Basic credentials from it. Re-read when it changes.
+	AuthFile string `yaml:"auth-file"`
 }
 
 // Default returns the configuration used when nothing is given.
@@ -156,6 +186,7 @@ func Default() Config {
 		ShutdownTimeout:        10 * time.Second,
 		LogLevel:               "info",
 		TimerSlack:             time.Millisecond,
+		TLSMinVersion:          "1.2",
 	}
 }
 
@@ -470,6 +501,7 @@ func (c *Config) Validate() error {
 			add("join %q: want the HTTP address of a member, like http://host:11280", c.Join)
 		}
 	}
+	c.checkSecurity(add)
 	members, err := c.Members()
 	if err != nil {
 		errs = append(errs, err)
@@ -600,4 +632,63 @@ func (s *Size) UnmarshalYAML(n *yaml.Node) error {
 		return fmt.Errorf("line %d: %w", n.Line, err)
 	}
 	return nil
+}
+
+// checkSecurity: the TLS and authentication settings come in sets; half a
+// set is a mistake to report, not a listener to leave in clear text.
+func (c *Config) checkSecurity(add func(string, ...any)) {
+	if (c.CertFile == "") != (c.KeyFile == "") {
+		add("cert-file and key-file: give both or neither")
+	}
+	if c.CertFile == "" && (c.TrustedCAFile != "" || c.ClientCertAuth) {
+		add("trusted-ca-file and client-cert-auth need cert-file and key-file: client certificates are checked only on TLS listeners")
+	}
+	if c.ClientCertAuth && c.TrustedCAFile == "" {
+		add("client-cert-auth: needs trusted-ca-file, the CA that signs client certificates")
+	}
+	if set := btoi(c.PeerCertFile != "") + btoi(c.PeerKeyFile != "") + btoi(c.PeerTrustedCAFile != ""); set != 0 && set != 3 {
+		add("peer-cert-file, peer-key-file and peer-trusted-ca-file: give all three (mutual TLS between members) or none")
+	}
+	switch c.TLSMinVersion {
+	case "1.2", "1.3":
+	default:
+		add("tls-min-version %q: must be 1.2 or 1.3", c.TLSMinVersion)
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Insecure lists, for the warning at start, the listeners bound beyond
+// loopback that lack TLS or authentication: anyone who reaches them can read
+// and write every item (or, for the peer port, speak for a member).
+func (c *Config) Insecure() []string {
+	var out []string
+	exposed := func(addr string) bool {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return false
+		}
+		if host == "localhost" {
+			return false
+		}
+		ip := net.ParseIP(host)
+		return ip == nil || !ip.IsLoopback()
+	}
+	if exposed(c.MemcacheAddr) || exposed(c.HTTPAddr) {
+		if c.CertFile == "" {
+			out = append(out, "memcache and HTTP listeners without TLS (cert-file, key-file)")
+		}
+		if c.AuthFile == "" {
+			out = append(out, "memcache and HTTP listeners without authentication (auth-file)")
+		}
+	}
+	if exposed(c.PeerAddr) && c.PeerCertFile == "" {
+		out = append(out, "peer listener without mutual TLS (peer-cert-file, peer-key-file, peer-trusted-ca-file)")
+	}
+	return out
 }
