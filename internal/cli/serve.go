@@ -1,11 +1,14 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -79,12 +82,34 @@ names (e.g. "max-item-size: 2m").`,
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "kvd %s serving memcache on %s, http on %s (data in %s)\n",
 				cfg.Name, n.MemcacheAddr(), n.HTTPAddr(), cfg.DataDir)
+			reloadOnHangup(cmd.Context(), n, logger)
 			return serveExit(n.Run(cmd.Context()))
 		},
 	}
 	cmd.Flags().StringVar(&cfgFile, "config", "", "YAML config file; its keys are these flag names")
 	cmd.Flags().AddFlagSet(bindFlags(pflag.NewFlagSet("serve", pflag.ContinueOnError), &cfg))
 	return cmd
+}
+
+// reloadOnHangup re-reads certificates and credentials at SIGHUP, as
+// memcached's refresh_certs does (they are also re-read when they change).
+// Without it SIGHUP would end the process, its default action.
+func reloadOnHangup(ctx context.Context, n *node.Node, logger *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if err := n.Reload(); err != nil {
+					logger.Error("SIGHUP: reload failed; the current certificates and credentials stay", "err", err)
+				}
+			}
+		}
+	}()
 }
 
 // ExitRemoved is kvd serve's exit status when its member was removed from

@@ -1,6 +1,9 @@
 package mcproto
 
-import "io"
+import (
+	"errors"
+	"io"
+)
 
 // Decoder reads requests from one connection. A connection has one, used by
 // its reader goroutine only.
@@ -151,6 +154,15 @@ func (l Limits) WithDefaults() Limits {
 // in memcached.c): 0x80 binary, anything else text and meta.
 const BinaryMagic = 0x80
 
+// tlsHandshake opens every TLS connection (a handshake record). No text
+// command starts with that control character, so a connection that opens
+// with it is a TLS client on a plaintext port.
+const tlsHandshake = 0x16
+
+// ErrTLSOnPlaintext is a TLS client on a port that does not speak TLS:
+// answering it in text would only confuse it, so the connection is closed.
+var ErrTLSOnPlaintext = errors.New("a TLS client on a plaintext port (is the client's TLS on where the server's is off?)")
+
 // Sniff reads a connection's first bytes from r and reports whether the
 // connection speaks the binary protocol. The returned reader yields the
 // bytes Sniff read, then the rest of r: the codec reads from it. An error
@@ -160,6 +172,9 @@ func Sniff(r io.Reader) (binary bool, rest io.Reader, err error) {
 	for empty := 0; ; {
 		n, err := r.Read(buf)
 		if n > 0 {
+			if buf[0] == tlsHandshake {
+				return false, nil, ErrTLSOnPlaintext
+			}
 			return buf[0] == BinaryMagic, &prefixReader{p: buf[:n], r: r, err: err}, nil
 		}
 		if err != nil {

@@ -154,6 +154,9 @@ var waitStates = [...]uint32{
 // conns`, or for a connection without one (a pipe in tests) a sequence
 // number far above any descriptor, so the two never collide.
 func (s *Server) connID(nc net.Conn) uint64 {
+	if tc, ok := nc.(interface{ NetConn() net.Conn }); ok {
+		nc = tc.NetConn() // a TLS connection's socket
+	}
 	if sc, ok := nc.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			var fd uint64
@@ -233,8 +236,24 @@ func (c *Conn) serve() {
 // pick reads the connection's first bytes and builds the codec of the
 // protocol they open, as memcached picks one per connection.
 func (c *Conn) pick() error {
+	if tc, ok := c.nc.(interface {
+		HandshakeContext(context.Context) error
+	}); ok {
+		ctx, cancel := context.WithTimeout(c.s.baseCtx, c.s.cfg.HandshakeTimeout)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				c.s.refused.Warn("memcache TLS handshake failed", "remote", c.addr, "err", err)
+			}
+			return err
+		}
+	}
 	src := flushBeforeRead{c: c, r: countingConn{Conn: c.nc, s: c.s.counters}}
 	bin, rest, err := mcproto.Sniff(src)
+	if errors.Is(err, mcproto.ErrTLSOnPlaintext) {
+		c.s.refused.Warn("memcache connection closed", "remote", c.addr, "err", err)
+	}
 	if err != nil {
 		return err
 	}

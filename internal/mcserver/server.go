@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/kvd-project/kvd/internal/mcproto"
+	"github.com/kvd-project/kvd/internal/ratelog"
 )
 
 // Config of the listener.
@@ -36,6 +37,10 @@ type Config struct {
 	MaxConnections int
 	// PipelineDepth bounds replies queued per connection (default 256).
 	PipelineDepth int
+	// HandshakeTimeout bounds a TLS connection's handshake (default 10s):
+	// a client that opens a connection and stalls must not hold a
+	// connection slot for longer.
+	HandshakeTimeout time.Duration
 }
 
 // Codecs builds each protocol's codec over a connection's bytes.
@@ -56,6 +61,10 @@ type Server struct {
 	logger   *slog.Logger
 	// connSeq numbers connections that have no file descriptor.
 	connSeq atomic.Uint64
+	// refused logs connections closed before their first request (a
+	// failed TLS handshake, TLS on a plaintext port): an outsider can
+	// provoke those at will.
+	refused *ratelog.Limiter
 	// lastAccept is the second (since Counters.Started) of the last
 	// accepted connection: the listener's secs_since_last_cmd in `stats
 	// conns`.
@@ -76,12 +85,16 @@ func New(cfg Config, codecs Codecs, h Handler, counters *Counters, logger *slog.
 	if cfg.PipelineDepth <= 0 {
 		cfg.PipelineDepth = 256
 	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = 10 * time.Second
+	}
 	if counters.Started.IsZero() {
 		counters.Started = time.Now()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{cfg: cfg, codecs: codecs, h: h, counters: counters, logger: logger,
-		conns: make(map[*Conn]struct{}), baseCtx: ctx, cancelFn: cancel}
+		refused: ratelog.New(logger, time.Second),
+		conns:   make(map[*Conn]struct{}), baseCtx: ctx, cancelFn: cancel}
 }
 
 // Serve accepts connections on ln until Shutdown. It returns nil after

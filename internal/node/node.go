@@ -58,6 +58,8 @@ type Node struct {
 	serveErr     chan error
 	stopWatch    context.CancelFunc
 	watchDone    chan struct{}
+	// reloaders re-read certificate and credential files (Reload).
+	reloaders []func() error
 }
 
 // IDOf derives a member's raft ID from its name (membership.IDOf).
@@ -98,6 +100,13 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	if err := checkRole(cfg.DataDir, witness); err != nil {
 		return nil, err
 	}
+	// Certificates before any data file: a bad one fails the start with
+	// nothing touched.
+	clientCerts, clientTLSConfig, err := clientTLS(cfg, logger.With("component", "tls"))
+	if err != nil {
+		return nil, err
+	}
+	warnInsecure(cfg, logger)
 
 	// The durable log (segment files) and the state it produces (Pebble).
 	logSync := metrics.NewSyncObserver() // fsync latency, observed from the first write on
@@ -213,8 +222,9 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		MaxConnections: cfg.MaxConnections,
 	}, n.kv, logger.With("component", "memcache"))
 	n.mc = mcserver.New(mcserver.Config{
-		MaxItemSize:    int(cfg.MaxItemSize),
-		MaxConnections: cfg.MaxConnections,
+		MaxItemSize:      int(cfg.MaxItemSize),
+		MaxConnections:   cfg.MaxConnections,
+		HandshakeTimeout: cfg.RequestTimeout,
 	}, mcserver.Codecs{Text: ascii.Open, Binary: binary.Open},
 		n.memcache, &n.memcache.Stats().Counters, logger.With("component", "memcache"))
 	if n.mcLn, err = net.Listen("tcp", cfg.MemcacheAddr); err != nil {
@@ -223,6 +233,10 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	if n.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		_ = n.mcLn.Close()
 		return nil, fmt.Errorf("listen http on %s: %w", cfg.HTTPAddr, err)
+	}
+	n.mcLn, n.httpLn = listenTLS(n.mcLn, clientTLSConfig), listenTLS(n.httpLn, clientTLSConfig)
+	if clientCerts != nil {
+		n.watchFiles(watchCtx, clientCerts)
 	}
 	adv := ms.Advertise(cfg, n.httpLn.Addr().String(), n.mcLn.Addr().String(), logger)
 	// One metrics registry per node; its collectors read these counters at scrape time.
@@ -253,6 +267,7 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		ReadHeaderTimeout: cfg.RequestTimeout,
 		ReadTimeout:       cfg.RequestTimeout,
 		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          httpErrorLog(logger.With("component", "http")),
 	}
 	n.watchDone = make(chan struct{})
 	go func() {

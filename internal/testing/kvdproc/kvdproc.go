@@ -7,6 +7,8 @@ package kvdproc
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -129,6 +131,43 @@ type Proc struct {
 	Log          *syncbuf.Buffer
 	exited       chan struct{}
 	extra        []string
+	// Scheme is "https" when the node's listeners speak TLS (--cert-file
+	// among its flags), and Client trusts its CA: see secureClient.
+	Scheme string
+	Client *http.Client
+}
+
+// URL is the address of path on the node's HTTP listener.
+func (p *Proc) URL(path string) string { return p.Scheme + "://" + p.HTTPAddr + path }
+
+// secureClient is the HTTP client for a node started with extra: for
+// --cert-file PATH it trusts the ca.crt beside PATH and presents the
+// client.crt and client.key there if they exist (the layout `kvd certs
+// cluster` writes); otherwise it is plain HTTP.
+func secureClient(extra []string) (string, *http.Client, error) {
+	var cert string
+	for i, a := range extra {
+		if a == "--cert-file" && i+1 < len(extra) {
+			cert = extra[i+1]
+		} else if v, ok := strings.CutPrefix(a, "--cert-file="); ok {
+			cert = v
+		}
+	}
+	if cert == "" {
+		return "http", http.DefaultClient, nil
+	}
+	dir := filepath.Dir(cert)
+	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		return "", nil, fmt.Errorf("kvdproc: a TLS node's CA is read from ca.crt beside its --cert-file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	tc := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")); err == nil {
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	return "https", &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}, nil
 }
 
 var servingLine = regexp.MustCompile(`serving memcache on (\S+), http on (\S+)`)
@@ -172,6 +211,10 @@ func launch(t testing.TB, dataDir, name string, extra ...string) (*Proc, error) 
 	t.Helper()
 	args := serveArgs(dataDir, name, extra)
 	p := &Proc{t: t, Name: name, DataDir: dataDir, Log: &syncbuf.Buffer{}, exited: make(chan struct{}), extra: extra}
+	var err error
+	if p.Scheme, p.Client, err = secureClient(extra); err != nil {
+		return nil, err
+	}
 	p.cmd = exec.Command(Binary(t), args...)
 	p.cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
 	p.cmd.Stderr = p.Log
@@ -285,7 +328,7 @@ func (p *Proc) WaitReady() {
 	p.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + p.HTTPAddr + "/readyz")
+		resp, err := p.Client.Get(p.URL("/readyz"))
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -313,7 +356,7 @@ func (p *Proc) WaitClusterVersion() {
 		Max uint64 `json:"max_cluster_version"`
 	}
 	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + p.HTTPAddr + "/v1/version")
+		resp, err := p.Client.Get(p.URL("/v1/version"))
 		if err == nil {
 			err = json.NewDecoder(resp.Body).Decode(&v)
 			_ = resp.Body.Close()
