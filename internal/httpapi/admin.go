@@ -328,7 +328,11 @@ func (a *api) forwardToLeader(w http.ResponseWriter, r *http.Request, body []byt
 		writeError(w, http.StatusServiceUnavailable, "not_leader", msg)
 		return
 	}
-	target := "http://" + leader.HTTPAddr + r.URL.RequestURI()
+	scheme := a.opts.Scheme
+	if scheme == "" {
+		scheme = "http"
+	}
+	target := scheme + "://" + leader.HTTPAddr + r.URL.RequestURI()
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, r.Method, target, bytes.NewReader(body))
@@ -338,13 +342,22 @@ func (a *api) forwardToLeader(w http.ResponseWriter, r *http.Request, body []byt
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(forwardedHeader, a.opts.Self.Name)
-	resp, err := http.DefaultClient.Do(req)
+	// The leader judges the client's credentials, not this member's: it
+	// has the same --auth-file, and a member has no password of its own.
+	if v := r.Header.Get("Authorization"); v != "" {
+		req.Header.Set("Authorization", v)
+	}
+	hc := a.opts.Client
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		writeError(w, http.StatusBadGateway, "leader_unreachable", "forward to leader "+leader.Name+": "+err.Error())
 		return
 	}
 	defer resp.Body.Close()
-	for _, h := range []string{"Content-Type", "Retry-After"} {
+	for _, h := range []string{"Content-Type", "Retry-After", "WWW-Authenticate"} {
 		if v := resp.Header.Get(h); v != "" {
 			w.Header().Set(h, v)
 		}

@@ -20,6 +20,16 @@
 // ignore what they do not know: /metrics, because Prometheus scrape configs
 // may add parameters of their own, and the console's pages and assets, which
 // browsers may load with cache-busting ones.
+//
+// With Options.Auth set (kvd serve --auth-file), every request needs HTTP
+// Basic credentials, answered 401 unauthorized with a WWW-Authenticate
+// challenge without them, except the read-only health and scrape endpoints
+// /healthz, /readyz, /metrics and /v1/version, which probes and Prometheus
+// call without a password and which reveal no key or value. The console is
+// covered too: the browser asks for the credentials at the first 401 and
+// sends them again on the console's own requests, which are same-origin.
+// An admin request a follower forwards to the leader carries the client's
+// Authorization header on.
 package httpapi
 
 import (
@@ -97,6 +107,17 @@ type Options struct {
 	// Witness, set on a witness, refuses every data request (/v1/kv) with
 	// 421 and the sentence it returns, which names the data members.
 	Witness func() string
+	// Auth, when set, requires HTTP Basic credentials on every endpoint
+	// but the open ones (see the package doc); nil: no authentication.
+	Auth Authenticator
+	// Client makes the requests this node sends another member (an admin
+	// request forwarded to the leader); nil: http.DefaultClient. With TLS
+	// on the HTTP listeners it must trust the members' certificates, and
+	// present a client certificate when they require one.
+	Client *http.Client
+	// Scheme is the members' HTTP scheme: "https" when their listeners
+	// speak TLS (--cert-file), else "" or "http".
+	Scheme string
 }
 
 // Limits of the API.
@@ -160,6 +181,10 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}()
 	}
 	path := r.URL.EscapedPath()
+	if !authorized(a.opts.Auth, rec, r) {
+		name = "unauthorized"
+		return
+	}
 	if a.opts.Witness != nil && (path == "/v1/kv" || strings.HasPrefix(path, kvPrefix) || path == "/v1/cluster/digest") {
 		name = metrics.RouteKV
 		// 421 Misdirected Request: this member will never answer it,
