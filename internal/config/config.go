@@ -41,10 +41,12 @@ type Config struct {
 	// name this member. Used only on first start (empty data dir). Default:
 	// this member alone.
 	InitialCluster string `yaml:"initial-cluster"`
-	// Join is the HTTP address of a running member (http://host:port): on
-	// first start the node asks it to add this node as a learner and joins
-	// that cluster instead of founding one. Ignored once the data dir holds
-	// a cluster.
+	// Join is the HTTP address of a running member (http://host:port, or
+	// https://user:password@host:port when the members speak TLS and take
+	// Basic credentials): on first start the node asks it to add this node
+	// as a learner and joins that cluster instead of founding one. Ignored
+	// once the data dir holds a cluster. Logs and errors show it through
+	// RedactURL.
 	Join string `yaml:"join"`
 	// InitialWitnesses names the members of InitialCluster that are
 	// witnesses (comma-separated): voters that hold no data and serve no
@@ -498,7 +500,7 @@ func (c *Config) Validate() error {
 			add("join and initial-cluster: give one (join an existing cluster, or found a new one)")
 		}
 		if u, err := url.Parse(c.Join); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			add("join %q: want the HTTP address of a member, like http://host:11280", c.Join)
+			add("join %q: want the HTTP address of a member, like http://host:11280", RedactURL(c.Join))
 		}
 	}
 	c.checkSecurity(add)
@@ -691,4 +693,17 @@ func (c *Config) Insecure() []string {
 		out = append(out, "peer listener without mutual TLS (peer-cert-file, peer-key-file, peer-trusted-ca-file)")
 	}
 	return out
+}
+
+// RedactURL is s with the password of its user information replaced by
+// "xxxxx", for logs and errors: --join may carry Basic credentials. What
+// does not parse as a URL loses everything up to its last '@' instead.
+func RedactURL(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	if i := strings.LastIndex(s, "@"); i >= 0 {
+		return "xxxxx@" + s[i+1:]
+	}
+	return s
 }

@@ -50,6 +50,9 @@ type Config struct {
 	Transport transport.Config
 	// Handler receives what the transport receives: the replica.
 	Handler transport.Handler
+	// HTTP calls the other members' HTTP APIs (NewHTTP); the zero value
+	// is plain HTTP through http.DefaultClient.
+	HTTP HTTP
 }
 
 // Controller runs the membership of one member.

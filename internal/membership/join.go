@@ -42,21 +42,25 @@ func advertise(configured, bound string) string {
 	return net.JoinHostPort(host, port)
 }
 
-// Join asks the member at cfg.Join to add this node as a learner and
-// saves the cluster it answered with as this node's membership.
-func Join(ctx context.Context, cfg config.Config, adv Advertised, path string) (*File, error) {
+// Join asks the member at cfg.Join to add this node as a learner, through
+// h's client, and saves the cluster it answered with as this node's
+// membership. Basic credentials in cfg.Join's user information go with the
+// request (net/http sends them) and never into an error: those name the
+// member by config.RedactURL.
+func Join(ctx context.Context, cfg config.Config, h HTTP, adv Advertised, path string) (*File, error) {
 	body, err := json.Marshal(httpapi.MemberInfo{Name: cfg.Name, PeerAddr: adv.Peer, HTTPAddr: adv.HTTP, MemcacheAddr: adv.Memcache,
 		Witness: cfg.Witness, MaxClusterVersion: command.ClusterVersionMax})
 	if err != nil {
 		return nil, err
 	}
 	url := strings.TrimRight(cfg.Join, "/") + "/v1/cluster/members"
+	via := config.RedactURL(cfg.Join)
 	var info httpapi.JoinInfo
 	var lastErr error
 	// The member may be starting too, or electing: retry for a while.
 	deadline := time.Now().Add(max(cfg.RequestTimeout*3, 15*time.Second))
 	for time.Now().Before(deadline) {
-		info, lastErr = postJoin(ctx, url, body)
+		info, lastErr = postJoin(ctx, h, url, body)
 		if lastErr == nil {
 			break
 		}
@@ -67,32 +71,32 @@ func Join(ctx context.Context, cfg config.Config, adv Advertised, path string) (
 		select {
 		case <-time.After(500 * time.Millisecond):
 		case <-ctx.Done():
-			return nil, fmt.Errorf("join %s: %w", cfg.Join, context.Cause(ctx))
+			return nil, fmt.Errorf("join %s: %w", via, context.Cause(ctx))
 		}
 	}
 	if lastErr != nil {
-		return nil, fmt.Errorf("join %s: %w", cfg.Join, lastErr)
+		return nil, fmt.Errorf("join %s: %w", via, lastErr)
 	}
 	m := &File{}
 	if m.ClusterID, err = strconv.ParseUint(info.ClusterID, 16, 64); err != nil {
-		return nil, fmt.Errorf("join %s: bad cluster id %q", cfg.Join, info.ClusterID)
+		return nil, fmt.Errorf("join %s: bad cluster id %q", via, info.ClusterID)
 	}
 	for _, x := range info.Members {
 		id, err := strconv.ParseUint(x.ID, 16, 64)
 		if err != nil {
-			return nil, fmt.Errorf("join %s: bad member id %q", cfg.Join, x.ID)
+			return nil, fmt.Errorf("join %s: bad member id %q", via, x.ID)
 		}
 		m.Members = append(m.Members, FileMember{Name: x.Name, ID: id, PeerAddr: x.PeerAddr, Witness: x.Witness})
 	}
 	for _, v := range info.BootstrapVoters {
 		id, err := strconv.ParseUint(v, 16, 64)
 		if err != nil {
-			return nil, fmt.Errorf("join %s: bad voter id %q", cfg.Join, v)
+			return nil, fmt.Errorf("join %s: bad voter id %q", via, v)
 		}
 		m.Bootstrap = append(m.Bootstrap, id)
 	}
 	if len(m.Bootstrap) == 0 {
-		return nil, fmt.Errorf("join %s: the answer names no bootstrap voters", cfg.Join)
+		return nil, fmt.Errorf("join %s: the answer names no bootstrap voters", via)
 	}
 	m.AddedAt = info.AddedAt
 	m.Self, m.ListenPeerAddr, m.Witness = cfg.Name, cfg.PeerAddr, cfg.Witness
@@ -111,16 +115,17 @@ type permanentError struct{ msg string }
 
 func (e *permanentError) Error() string { return e.msg }
 
-func postJoin(ctx context.Context, url string, body []byte) (httpapi.JoinInfo, error) {
+func postJoin(ctx context.Context, h HTTP, url string, body []byte) (httpapi.JoinInfo, error) {
 	var info httpapi.JoinInfo
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return info, &permanentError{err.Error()}
+		// Not err: url.Parse errors quote the URL, password and all.
+		return info, &permanentError{"not a URL"}
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := h.client().Do(req)
 	if err != nil {
 		return info, err
 	}
@@ -147,8 +152,8 @@ func postJoin(ctx context.Context, url string, body []byte) (httpapi.JoinInfo, e
 // Open returns this node's membership: the one saved in the data dir, or on
 // a first start the one --initial-cluster describes, or, for a node with an
 // empty data dir and --join, the one the member it joins through answers
-// with. fresh: the raft log is empty.
-func Open(ctx context.Context, cfg config.Config, fresh bool, logger *slog.Logger) (*File, error) {
+// with (asked through h). fresh: the raft log is empty.
+func Open(ctx context.Context, cfg config.Config, fresh bool, h HTTP, logger *slog.Logger) (*File, error) {
 	path := filepath.Join(cfg.DataDir, FileName)
 	if cfg.Join != "" && fresh && !exists(path) {
 		adv := Advertised{
@@ -156,8 +161,8 @@ func Open(ctx context.Context, cfg config.Config, fresh bool, logger *slog.Logge
 			HTTP:     advertise(cfg.AdvertiseHTTPAddr, cfg.HTTPAddr),
 			Memcache: advertise(cfg.AdvertiseMemcacheAddr, cfg.MemcacheAddr),
 		}
-		logger.Info("joining cluster", "via", cfg.Join, "peer_addr", adv.Peer)
-		if _, err := Join(ctx, cfg, adv, path); err != nil {
+		logger.Info("joining cluster", "via", config.RedactURL(cfg.Join), "peer_addr", adv.Peer)
+		if _, err := Join(ctx, cfg, h, adv, path); err != nil {
 			return nil, err
 		}
 	}
@@ -178,7 +183,7 @@ func Open(ctx context.Context, cfg config.Config, fresh bool, logger *slog.Logge
 		// read only by an empty one (a joined member restarted with it is
 		// the usual case, and quiet).
 		logger.Warn("join is ignored: this data dir already holds a cluster it founded; to join another, start with an empty data dir",
-			"join", cfg.Join, "file", path)
+			"join", config.RedactURL(cfg.Join), "file", path)
 	}
 	return ms, nil
 }

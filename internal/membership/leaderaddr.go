@@ -53,7 +53,7 @@ func (c *Controller) learnLeaderAddr(ctx context.Context, leader replica.NodeID)
 		if id == self || m.HTTPAddr == "" {
 			continue
 		}
-		addr, err := askPeerAddr(ctx, m.HTTPAddr, leader)
+		addr, err := askPeerAddr(ctx, c.cfg.HTTP, m.HTTPAddr, leader)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", m.Name, err))
 			continue
@@ -73,11 +73,11 @@ func (c *Controller) learnLeaderAddr(ctx context.Context, leader replica.NodeID)
 
 // askPeerAddr reads id's peer address from the member at httpAddr (GET
 // /v1/cluster, that member's applied configuration and member table).
-func askPeerAddr(ctx context.Context, httpAddr string, id replica.NodeID) (string, error) {
+func askPeerAddr(ctx context.Context, h HTTP, httpAddr string, id replica.NodeID) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, askLeaderTimeout)
 	defer cancel()
 	var cs httpapi.ClusterStatus
-	status, err := getJSON(ctx, httpAddr, "/v1/cluster", 1<<20, &cs)
+	status, err := getJSON(ctx, h, httpAddr, "/v1/cluster", 1<<20, &cs)
 	if err != nil {
 		return "", err
 	}

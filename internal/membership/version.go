@@ -64,7 +64,7 @@ func (c *Controller) raiseClusterVersion(ctx context.Context) {
 		return // the configuration is not published yet: next check
 	}
 	target, why := clusterVersionTarget(cur, addrs, func(id replica.NodeID, addr string) (uint64, error) {
-		return askMaxClusterVersion(ctx, id, addr)
+		return askMaxClusterVersion(ctx, c.cfg.HTTP, id, addr)
 	})
 	if target <= cur {
 		if why != "" && why != c.versionHeld {
@@ -148,11 +148,11 @@ func clusterVersionTarget(cur uint64, addrs map[replica.NodeID]string, ask func(
 // API) which cluster versions its binary applies. The answer must come
 // from that member: an address the table still holds may by now be
 // another kvd's, whose versions say nothing of this member's.
-func askMaxClusterVersion(ctx context.Context, id replica.NodeID, addr string) (uint64, error) {
+func askMaxClusterVersion(ctx context.Context, h HTTP, id replica.NodeID, addr string) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, versionAskTimeout)
 	defer cancel()
 	var v httpapi.VersionInfo
-	status, err := getJSON(ctx, addr, "/v1/version", 64<<10, &v)
+	status, err := getJSON(ctx, h, addr, "/v1/version", 64<<10, &v)
 	if err != nil {
 		return 0, err
 	}
@@ -173,14 +173,14 @@ func askMaxClusterVersion(ctx context.Context, id replica.NodeID, addr string) (
 }
 
 // getJSON GETs path from the HTTP API of the member at addr (host:port),
-// reading at most limit bytes of the answer, and decodes a 200 answer into
+// through h, reading at most limit bytes of the answer, and decodes a 200 answer into
 // v. It returns the status: what another one means is the caller's to say.
-func getJSON(ctx context.Context, addr, path string, limit int64, v any) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+func getJSON(ctx context.Context, h HTTP, addr, path string, limit int64, v any) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.url(addr, path), nil)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := h.client().Do(req)
 	if err != nil {
 		return 0, err
 	}

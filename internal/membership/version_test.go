@@ -76,7 +76,7 @@ func TestAskMaxClusterVersion(t *testing.T) {
 				_, _ = w.Write([]byte(tc.body))
 			}))
 			defer srv.Close()
-			got, err := askMaxClusterVersion(context.Background(), 2, strings.TrimPrefix(srv.URL, "http://"))
+			got, err := askMaxClusterVersion(context.Background(), HTTP{}, 2, strings.TrimPrefix(srv.URL, "http://"))
 			if tc.err {
 				require.Error(t, err)
 				return
