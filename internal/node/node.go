@@ -107,6 +107,10 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		return nil, err
 	}
 	warnInsecure(cfg, logger)
+	memberHTTP, err := membership.NewHTTP(cfg, clientCerts)
+	if err != nil {
+		return nil, err
+	}
 
 	// The durable log (segment files) and the state it produces (Pebble).
 	logSync := metrics.NewSyncObserver() // fsync latency, observed from the first write on
@@ -159,7 +163,7 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	}
 	// Who the members are: cluster.json, written at the first start (from
 	// --initial-cluster, or from the answer to --join).
-	ms, err := membership.Open(ctx, cfg, n.log.IsEmpty(), logger)
+	ms, err := membership.Open(ctx, cfg, n.log.IsEmpty(), memberHTTP, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -182,6 +186,7 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 			// Snapshots are staged in the data dir, beside state/ they replace.
 			Snapshots: snapshotSource{n}, SnapshotDir: cfg.DataDir},
 		Handler: n.rep,
+		HTTP:    memberHTTP,
 	}, ms, n.rep, n.state, logger)
 	if err != nil {
 		return nil, err
@@ -252,6 +257,8 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		Admin:     n.members,
 		Metrics:   reg,
 		Witness:   n.witnessRefusal(witness, true),
+		Client:    memberHTTP.Client,
+		Scheme:    memberHTTP.Scheme,
 	})
 	// The profiler stays outside the deadline: a trace streams for as long
 	// as it was asked to run.

@@ -128,7 +128,7 @@ func TestJoinRetriedAfterACrashBeforeClusterJSON(t *testing.T) {
 	cfg.Join = "http://" + n1.HTTPAddr()
 	adv := membership.Advertised{Peer: cfg.PeerAddr, HTTP: "127.0.0.1:1", Memcache: "127.0.0.1:1"}
 	require.NoError(t, os.MkdirAll(dir, 0o750))
-	_, err := membership.Join(t.Context(), cfg, adv, filepath.Join(dir, membership.FileName))
+	_, err := membership.Join(t.Context(), cfg, membership.HTTP{}, adv, filepath.Join(dir, membership.FileName))
 	require.NoError(t, err)
 	require.NoError(t, os.Remove(filepath.Join(dir, membership.FileName)), "the crash: the answer was never saved")
 
