@@ -19,7 +19,12 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 		Short: "kvd: a replicated, persistent key-value server for memcached clients",
 		Long: `kvd is a memcached-compatible key-value server whose every write goes
 through a Raft log and is fsynced on a quorum before it is acknowledged.
-Point any memcache client at it.`,
+Point any memcache client at it.
+
+Every flag of every command can also be set in the environment: KVD_ and
+the flag's name in capitals with '-' as '_' (--auth-file is KVD_AUTH_FILE,
+--user is KVD_USER). The command line wins over the environment, and the
+environment over kvd serve's --config file.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -29,6 +34,7 @@ Point any memcache client at it.`,
 	root.AddCommand(newBenchCmd())
 	root.AddCommand(newClusterCmd())
 	root.AddCommand(newHealthcheckCmd())
+	withEnv(root) // last: it wraps the hooks of the commands above
 	return root
 }
 

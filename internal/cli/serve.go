@@ -30,7 +30,12 @@ data in ./kvd-data, memcache on 127.0.0.1:11211, HTTP on 127.0.0.1:11280.
 
 Every write is appended to the Raft log and fsynced before it is
 acknowledged. Flags override the --config file, whose keys are the flag
-names (e.g. "max-item-size: 2m").`,
+names (e.g. "max-item-size: 2m").
+
+Each flag can also come from the environment as KVD_ and its name in
+capitals, '-' as '_' (KVD_AUTH_FILE, KVD_PEER_CERT_FILE). Precedence: the
+command line, then the environment, then the --config file, then the
+defaults.`,
 		Example: `  kvd serve
   kvd serve --data-dir /var/lib/kvd --memcache-addr 0.0.0.0:11211
   kvd serve --config /etc/kvd/kvd.yaml`,
