@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -57,6 +58,14 @@ type Config struct {
 	Progress io.Writer
 	// Version is the tool version recorded in the report.
 	Version string
+	// TLS, when set, wraps every memcache connection in TLS with this
+	// client configuration (its ServerName, when empty, is the server's
+	// host). --tls, --cacert, --cert, --key
+	TLS *tls.Config
+	// User and Password, when User is set, authenticate every memcache
+	// connection before its first request (memcached's text-protocol
+	// authentication, "set auth"). --user
+	User, Password string
 }
 
 // The range of --rate other than 0: one operation in 1,000 s at the least
@@ -105,6 +114,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxOps < 1 {
 		bad("--max-ops: %d is not positive", c.MaxOps)
+	}
+	if c.Target == "etcd" && (c.TLS != nil || c.User != "") {
+		bad("--tls, --cacert, --cert, --key and --user: not supported with --target etcd")
 	}
 	if c.LoadTimeout <= 0 {
 		bad("--load-timeout: %v is not positive", c.LoadTimeout)

@@ -26,6 +26,7 @@ const (
 	ErrNotStored      = "not_stored"      // NOT_STORED / EXISTS / NOT_FOUND to a set
 	ErrAborted        = "aborted"         // pipelined after a reply that desynchronised the connection
 	ErrUnavailable    = "unavailable"     // etcd: no connection to the endpoint / no leader
+	ErrAuth           = "auth"            // the server refused the --user credentials
 )
 
 // OpError is a classified failure of one operation or one dial.
@@ -65,15 +66,16 @@ type Driver interface {
 	MemcacheKeys() bool
 }
 
-// NewDriver returns the driver for target ("memcache" or "etcd").
-func NewDriver(target string, timeout time.Duration) (Driver, error) {
-	switch target {
+// NewDriver returns the driver for cfg.Target ("memcache" or "etcd"), with
+// cfg's TLS and credentials.
+func NewDriver(cfg Config) (Driver, error) {
+	switch target := cfg.Target; target {
 	case "memcache", "memcached":
-		return memcacheDriver{}, nil
+		return memcacheDriver{tls: cfg.TLS, user: cfg.User, password: cfg.Password}, nil
 	case "etcd":
 		return newEtcdDriver(), nil
 	}
-	return nil, fmt.Errorf("--target: %q is not memcache or etcd", target)
+	return nil, fmt.Errorf("--target: %q is not memcache or etcd", cfg.Target)
 }
 
 // classifyDial names a dial failure.

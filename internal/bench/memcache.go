@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -14,8 +15,13 @@ import (
 
 // memcacheDriver is a minimal client of memcached's text protocol: get, set,
 // version and stats, pipelined. It shares no code with kvd's server so that
-// kvd and memcached are measured by the same, independent client.
-type memcacheDriver struct{}
+// kvd and memcached are measured by the same, independent client. With tls
+// set it speaks TLS; with user set it authenticates each connection first
+// (auth.go).
+type memcacheDriver struct {
+	tls            *tls.Config
+	user, password string
+}
 
 func (memcacheDriver) Name() string       { return "memcache" }
 func (memcacheDriver) MemcacheKeys() bool { return true }
@@ -40,7 +46,7 @@ type mcConn struct {
 	timeout time.Duration
 }
 
-func (memcacheDriver) Dial(ctx context.Context, addr string, timeout time.Duration) (Conn, error) {
+func (m memcacheDriver) Dial(ctx context.Context, addr string, timeout time.Duration) (Conn, error) {
 	d := net.Dialer{Timeout: timeout}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -49,7 +55,25 @@ func (memcacheDriver) Dial(ctx context.Context, addr string, timeout time.Durati
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	return &mcConn{nc: nc, r: bufio.NewReaderSize(nc, mcBufSize), w: bufio.NewWriterSize(nc, mcBufSize), timeout: timeout}, nil
+	if m.tls != nil {
+		if nc, err = m.startTLS(ctx, nc, addr, timeout); err != nil {
+			return nil, err
+		}
+	}
+	c := &mcConn{nc: nc, timeout: timeout}
+	c.initBuffers()
+	if m.user != "" {
+		if e := c.authenticate(m.user, m.password); e != nil {
+			_ = nc.Close()
+			return nil, e
+		}
+	}
+	return c, nil
+}
+
+// initBuffers sizes the connection's reader and writer.
+func (c *mcConn) initBuffers() {
+	c.r, c.w = bufio.NewReaderSize(c.nc, mcBufSize), bufio.NewWriterSize(c.nc, mcBufSize)
 }
 
 func (c *mcConn) Close() error { return c.nc.Close() }

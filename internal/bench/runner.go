@@ -14,14 +14,18 @@ import (
 
 // Run executes every case of cfg and returns the report. Server failures
 // (unreachable servers, dropped connections, error replies) are counted in
-// the report, never returned; the error is for an invalid cfg only.
+// the report, never returned; the error is for an invalid cfg only (which
+// includes credentials a server refuses).
 // Cancelling ctx stops the run early; the report then says Interrupted.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	drv, err := NewDriver(cfg.Target, cfg.Timeout)
+	drv, err := NewDriver(cfg)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkCredentials(ctx, drv, cfg); err != nil {
 		return nil, err
 	}
 	r := &runner{cfg: cfg, drv: drv, w: cfg.Workload}

@@ -47,6 +47,9 @@ type benchOptions struct {
 	pipeline  int
 	records   int
 	preload   bool
+
+	// sec are the TLS (--tls, --cacert, --cert, --key) and --user flags.
+	sec clientSecurity
 }
 
 func newBenchCmd() *cobra.Command {
@@ -71,6 +74,7 @@ are counted and reported; the exit status is non-zero for them only with
 --fail-on-error.`,
 		Example: `  kvd bench --servers 127.0.0.1:11211 --workload membrain --concurrency 1,4,16 --duration 5s --html out.html
   kvd bench --servers 127.0.0.1:11211 --workload custom --get-set 9:1 --value-size 100-1000 --pipeline 8
+  KVD_PASSWORD=… kvd bench --servers kvd1:11211 --cacert ca.crt --user bench --workload membrain
   kvd bench --target etcd --servers 127.0.0.1:2379 --workload keyspace-write --concurrency 4
   kvd bench --servers n1:11211,n2:11211,n3:11211 --workload custom --get-set 1:1 --failover --timeline --duration 60s`,
 		Args: cobra.NoArgs,
@@ -105,6 +109,8 @@ are counted and reported; the exit status is non-zero for them only with
 	f.IntVar(&o.pipeline, "pipeline", 0, "requests each client sends before reading the replies (1..256)")
 	f.IntVar(&o.records, "records", 0, "records written and read back by import")
 	f.BoolVar(&o.preload, "preload", true, "write the key space before the cases so gets of it hit")
+	f.BoolVar(&o.sec.forceTLS, "tls", false, "speak TLS to the memcache servers (implied by --cacert, --cert and --key)")
+	o.sec.bind(f)
 	return cmd
 }
 
@@ -209,6 +215,12 @@ func (o *benchOptions) config(cmd *cobra.Command) (bench.Config, error) {
 		errs = append(errs, fmt.Errorf("--concurrency: %w", err))
 	}
 	cfg.Concurrency = conc
+	if cfg.TLS, err = o.sec.tlsConfig(); err != nil {
+		errs = append(errs, err)
+	}
+	if cfg.User, cfg.Password, _, err = o.sec.credentials(); err != nil {
+		errs = append(errs, err)
+	}
 	w, err := bench.Preset(o.workload)
 	if err != nil {
 		return cfg, errors.Join(append(errs, err)...)

@@ -26,6 +26,9 @@ import (
 type clusterClient struct {
 	endpoints []string
 	timeout   time.Duration
+	// sec are the TLS and credential flags; auth what they resolve to.
+	sec  clientSecurity
+	auth httpAuth
 }
 
 func newClusterCmd() *cobra.Command {
@@ -43,6 +46,7 @@ register it by itself). The leader promotes a learner to voter once it has
 caught up. Removing a voter that would leave too few reachable voters for a
 quorum is refused unless --force is given.`,
 		Example: `  kvd cluster status --endpoints http://127.0.0.1:11281
+  kvd cluster status --endpoints https://10.0.0.1:11280 --cacert ca.crt --user admin
   kvd cluster add n4 10.0.0.4:11290
   kvd cluster add --witness w 10.0.0.9:11290
   kvd serve --name n4 --peer-addr 10.0.0.4:11290 --join http://10.0.0.1:11280
@@ -59,13 +63,20 @@ quorum is refused unless --force is given.`,
 		if run == cmd {
 			return nil // help only: nothing to dial
 		}
+		var err error
+		if c.auth, err = c.sec.http(); err != nil {
+			return err
+		}
+		if !run.Flags().Changed("endpoints") && c.sec.wantsTLS() {
+			endpoints = "https://127.0.0.1:11280"
+		}
 		for _, e := range strings.Split(endpoints, ",") {
 			e = strings.TrimSpace(e)
 			if e == "" {
 				continue
 			}
 			if !strings.Contains(e, "://") {
-				e = "http://" + e
+				e = c.sec.defaultScheme() + "://" + e
 			}
 			// The API paths are appended to it: a query or fragment would
 			// swallow them, and a bad port or scheme would fail only at
@@ -89,6 +100,7 @@ quorum is refused unless --force is given.`,
 	}
 	cmd.PersistentFlags().StringVar(&endpoints, "endpoints", "http://127.0.0.1:11280", "HTTP addresses of members, comma separated (the first that answers is used)")
 	cmd.PersistentFlags().DurationVar(&c.timeout, "timeout", 15*time.Second, "bound on each request")
+	c.sec.bind(cmd.PersistentFlags())
 
 	status := &cobra.Command{
 		Use:   "status",
@@ -96,14 +108,16 @@ quorum is refused unless --force is given.`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var st httpapi.ClusterStatus
-			if err := c.call(cmd.Context(), http.MethodGet, "/v1/cluster", nil, &st); err != nil {
+			answered, err := c.send(cmd.Context(), http.MethodGet, "/v1/cluster", nil, &st)
+			if err != nil {
 				return err
 			}
 			// A follower knows only its leader's health: ask the leader when
-			// we can reach it, for every member's.
+			// we can reach it, for every member's. Members share a scheme.
 			if lead := leaderHTTP(st); lead != "" && !selfIsLeader(st) {
 				var ls httpapi.ClusterStatus
-				lc := &clusterClient{endpoints: []string{"http://" + lead}, timeout: c.timeout}
+				scheme, _, _ := strings.Cut(answered, "://")
+				lc := &clusterClient{endpoints: []string{scheme + "://" + lead}, timeout: c.timeout, auth: c.auth}
 				if err := lc.call(cmd.Context(), http.MethodGet, "/v1/cluster", nil, &ls); err == nil {
 					st = ls
 				}
@@ -300,7 +314,7 @@ func (c *clusterClient) once(ctx context.Context, method, u string, payload []by
 	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(i httptrace.WroteRequestInfo) { written.Store(i.Err == nil) },
 	}))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.auth.do(req)
 	if err != nil {
 		if !written.Load() {
 			return fmt.Errorf("%w: %w", errNotSent, err)

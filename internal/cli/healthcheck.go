@@ -19,6 +19,9 @@ type healthcheckOptions struct {
 	// Timeout bounds the whole probe, so a wedged node fails the check
 	// instead of hanging the container runtime's probe.
 	Timeout time.Duration
+	// Security are the TLS and credential flags (an https URL uses the
+	// TLS ones).
+	Security clientSecurity
 }
 
 // notHealthyError makes main exit 1, the code Docker's HEALTHCHECK reads as
@@ -43,17 +46,25 @@ HEALTHCHECKs in images that have no curl.`,
   kvd healthcheck --url http://127.0.0.1:11280/healthz --timeout 1s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("url") && opts.Security.wantsTLS() {
+				opts.URL = "https://127.0.0.1:11280/readyz"
+			}
 			return runHealthcheck(cmd.Context(), cmd.OutOrStdout(), opts)
 		},
 	}
-	cmd.Flags().StringVar(&opts.URL, "url", opts.URL, "HTTP endpoint to probe")
+	cmd.Flags().StringVar(&opts.URL, "url", opts.URL, "HTTP endpoint to probe (https://… with a TLS node; the default becomes https with --cacert or --cert)")
 	cmd.Flags().DurationVar(&opts.Timeout, "timeout", opts.Timeout, "bound on the whole probe")
+	opts.Security.bind(cmd.Flags())
 	return cmd
 }
 
 func runHealthcheck(ctx context.Context, out io.Writer, opts healthcheckOptions) error {
 	if opts.Timeout <= 0 {
 		return fmt.Errorf("healthcheck: --timeout %s must be positive", opts.Timeout)
+	}
+	auth, err := opts.Security.http()
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
 	}
 	if ctx == nil {
 		ctx = context.Background()
@@ -64,7 +75,7 @@ func runHealthcheck(ctx context.Context, out io.Writer, opts healthcheckOptions)
 	if err != nil {
 		return fmt.Errorf("healthcheck: %w", err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := auth.do(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return &notHealthyError{fmt.Sprintf("healthcheck %s: no answer within %s", opts.URL, opts.Timeout)}

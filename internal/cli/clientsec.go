@@ -1,0 +1,181 @@
+package cli
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"golang.org/x/term"
+)
+
+// passwordEnv holds the password of --user NAME when NAME carries none.
+const passwordEnv = "KVD_PASSWORD"
+
+// clientSecurity holds the client-side TLS and credential flags that kvd
+// cluster, kvd healthcheck and kvd bench share: what CA to trust, what
+// certificate to present, and whom to authenticate as.
+type clientSecurity struct {
+	caFile, certFile, keyFile string
+	// user is --user NAME[:PASSWORD].
+	user string
+	// forceTLS is bench's --tls: TLS with the system roots and no other
+	// TLS flag (an HTTPS URL says as much for the HTTP commands).
+	forceTLS bool
+
+	// lookupEnv and prompt find a password --user does not carry; nil:
+	// os.LookupEnv, and asking on the terminal.
+	lookupEnv func(string) (string, bool)
+	prompt    func(user string) (string, error)
+}
+
+// bind adds the shared flags to fs.
+func (s *clientSecurity) bind(fs *pflag.FlagSet) {
+	fs.StringVar(&s.caFile, "cacert", "", "CA certificate (PEM) to trust for the server's certificate, instead of the system roots")
+	fs.StringVar(&s.certFile, "cert", "", "client certificate (PEM) to present, for servers started with --client-cert-auth (needs --key)")
+	fs.StringVar(&s.keyFile, "key", "", "private key (PEM) of --cert")
+	fs.StringVar(&s.user, "user", "", "authenticate as NAME[:PASSWORD]; without a password, $"+passwordEnv+", else asked on the terminal")
+}
+
+// wantsTLS reports whether any TLS flag was given.
+func (s *clientSecurity) wantsTLS() bool {
+	return s.forceTLS || s.caFile != "" || s.certFile != "" || s.keyFile != ""
+}
+
+// tlsConfig is the client TLS configuration the flags describe, nil when
+// none was given. Errors name the flag at fault.
+func (s *clientSecurity) tlsConfig() (*tls.Config, error) {
+	if !s.wantsTLS() {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if s.caFile != "" {
+		pem, err := os.ReadFile(s.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cacert: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--cacert %s: no PEM certificate in it", s.caFile)
+		}
+	}
+	switch {
+	case s.certFile != "" && s.keyFile == "":
+		return nil, errors.New("--cert: needs --key, the certificate's private key")
+	case s.keyFile != "" && s.certFile == "":
+		return nil, errors.New("--key: needs --cert, the certificate it belongs to")
+	case s.certFile != "":
+		pair, err := tls.LoadX509KeyPair(s.certFile, s.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cert/--key: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	return tc, nil
+}
+
+// credentials are --user's name and password; ok is false without --user.
+// A name without ":PASSWORD" takes the password from $KVD_PASSWORD, else
+// from the terminal, else fails: a script must not hang on a prompt.
+func (s *clientSecurity) credentials() (user, password string, ok bool, err error) {
+	if s.user == "" {
+		return "", "", false, nil
+	}
+	user, password, hasPass := strings.Cut(s.user, ":")
+	if user == "" {
+		return "", "", false, errors.New("--user: the name is empty (want NAME or NAME:PASSWORD)")
+	}
+	if hasPass {
+		return user, password, true, nil
+	}
+	lookup := s.lookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	if p, found := lookup(passwordEnv); found {
+		return user, p, true, nil
+	}
+	prompt := s.prompt
+	if prompt == nil {
+		prompt = terminalPrompt
+	}
+	if password, err = prompt(user); err != nil {
+		return "", "", false, fmt.Errorf("--user %s: %w", user, err)
+	}
+	return user, password, true, nil
+}
+
+// errNoTerminal is a password needed where nobody can be asked.
+var errNoTerminal = errors.New("no password: give NAME:PASSWORD or set " + passwordEnv + " (standard input is not a terminal to ask on)")
+
+// terminalPrompt asks for user's password on the terminal, without echo.
+func terminalPrompt(user string) (string, error) {
+	fd := int(os.Stdin.Fd())
+	if !term.IsTerminal(fd) {
+		return "", errNoTerminal
+	}
+	fmt.Fprintf(os.Stderr, "Password for %s: ", user)
+	b, err := term.ReadPassword(fd)
+	fmt.Fprintln(os.Stderr)
+	if err != nil {
+		return "", fmt.Errorf("read password: %w", err)
+	}
+	return string(b), nil
+}
+
+// httpClient is the HTTP client the flags describe: its TLS settings apply
+// to https URLs. http.DefaultClient without TLS flags.
+func (s *clientSecurity) httpClient() (*http.Client, error) {
+	tc, err := s.tlsConfig()
+	if err != nil || tc == nil {
+		return http.DefaultClient, err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = tc
+	return &http.Client{Transport: tr}, nil
+}
+
+// httpAuth is what the HTTP commands need of the flags: a client and the
+// Basic credentials (user "" for none).
+type httpAuth struct {
+	client         *http.Client
+	user, password string
+}
+
+// http resolves the flags for an HTTP command.
+func (s *clientSecurity) http() (httpAuth, error) {
+	hc, err := s.httpClient()
+	if err != nil {
+		return httpAuth{}, err
+	}
+	user, password, _, err := s.credentials()
+	if err != nil {
+		return httpAuth{}, err
+	}
+	return httpAuth{client: hc, user: user, password: password}, nil
+}
+
+// do sends req with the credentials, if any.
+func (a httpAuth) do(req *http.Request) (*http.Response, error) {
+	if a.user != "" {
+		req.SetBasicAuth(a.user, a.password)
+	}
+	hc := a.client
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return hc.Do(req)
+}
+
+// defaultScheme is the scheme of an address given without one: https when
+// a TLS flag was given.
+func (s *clientSecurity) defaultScheme() string {
+	if s.wantsTLS() {
+		return "https"
+	}
+	return "http"
+}
