@@ -175,3 +175,18 @@ func TestBenchValidatesClientSecurityFlags(t *testing.T) {
 	_, _, err = runArgs(t, "bench", "--target", "etcd", "--servers", "127.0.0.1:1", "--user", "a:b")
 	require.ErrorContains(t, err, "not supported with --target etcd")
 }
+
+// Credentials in an endpoint's URL are sent (net/http does) but never
+// printed: not in errors, not in the join command kvd cluster add prints.
+func TestClusterEndpointCredentialsAreNotPrinted(t *testing.T) {
+	srv, files := tlsAPI(t)
+	hostPort := strings.TrimPrefix(srv.URL, "https://")
+	_, _, err := runArgs(t, "cluster", "status", "--cacert", files.CA, "--endpoints", "https://alice:guess@"+hostPort)
+	require.ErrorContains(t, err, "401 Unauthorized")
+	_, _, err = runArgs(t, "cluster", "remove", "n9", "--cacert", files.CA, "--endpoints", "https://alice:guess@127.0.0.1:1")
+	require.ErrorContains(t, err, "alice:xxxxx@")
+	require.NotContains(t, err.Error(), "guess")
+	out, _, err := runArgs(t, "cluster", "status", "--cacert", files.CA, "--endpoints", "https://alice:s3cret@"+hostPort)
+	require.NoError(t, err)
+	require.NotContains(t, out, "s3cret")
+}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvd-project/kvd/internal/config"
 	"github.com/kvd-project/kvd/internal/httpapi"
 )
 
@@ -84,7 +85,7 @@ quorum is refused unless --force is given.`,
 			u, err := url.Parse(e)
 			if err != nil || u.Hostname() == "" || (u.Scheme != "http" && u.Scheme != "https") ||
 				u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || !validPort(u.Port()) {
-				return fmt.Errorf("--endpoints: %q is not an HTTP address (http://host:port)", e)
+				return fmt.Errorf("--endpoints: %q is not an HTTP address (http://host:port)", config.RedactURL(e))
 			}
 			c.endpoints = append(c.endpoints, strings.TrimRight(e, "/"))
 		}
@@ -144,7 +145,7 @@ quorum is refused unless --force is given.`,
 				what, flag = "a witness (a learner until caught up)", " --witness"
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "added %s (id %s) as %s; start it with:\n  kvd serve --name %s --peer-addr %s%s --join %s\n",
-				args[0], info.ID, what, args[0], args[1], flag, answered)
+				args[0], info.ID, what, args[0], args[1], flag, config.RedactURL(answered))
 			return nil
 		},
 	}
@@ -256,9 +257,11 @@ func (c *clusterClient) send(ctx context.Context, method, path string, body, out
 			// The member may have made the change before it stopped
 			// answering: sent again elsewhere, it would fail as done
 			// already (remove) or be made twice (transfer-leader).
-			return ep, fmt.Errorf("%s: %w; the change may have been made: see kvd cluster status", ep, err)
+			return ep, fmt.Errorf("%s: %w; the change may have been made: see kvd cluster status", config.RedactURL(ep), err)
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", ep, err))
+		// Redacted: an endpoint may carry user:password (net/http sends
+		// it as Basic credentials, like --user).
+		errs = append(errs, fmt.Errorf("%s: %w", config.RedactURL(ep), err))
 	}
 	return "", fmt.Errorf("no member answered: %w", errors.Join(errs...))
 }
