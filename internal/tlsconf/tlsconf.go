@@ -296,10 +296,13 @@ func (p *Peer) ServerConfig() *tls.Config {
 // and verifies the other's chain (as a TLS server); the member it names is
 // checked by the caller with CheckMember.
 func (p *Peer) ClientConfig() *tls.Config {
-	m := p.src.cur.Load()
 	return &tls.Config{
-		MinVersion:   p.minVersion,
-		Certificates: []tls.Certificate{*m.cert},
+		MinVersion: p.minVersion,
+		// The certificate current at the handshake, like the server side:
+		// a config kept across dials must not keep presenting the old one.
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return p.src.cur.Load().cert, nil
+		},
 		// Chain verification happens in VerifyPeerCertificate against the
 		// current CA; the host name is deliberately not checked (see Peer).
 		InsecureSkipVerify: true, //nolint:gosec // verified below
