@@ -266,7 +266,8 @@ func (p *Peer) verify(raw [][]byte, usage x509.ExtKeyUsage) error {
 		KeyUsages: []x509.ExtKeyUsage{usage},
 	})
 	if err != nil {
-		return fmt.Errorf("verify peer certificate %q: %w", certs[0].Subject.CommonName, err)
+		// Named by all its names: a member certificate often has only a SAN.
+		return fmt.Errorf("verify peer certificate %q: %w", Names(certs[0]), err)
 	}
 	return nil
 }
