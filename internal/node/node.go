@@ -34,6 +34,7 @@ import (
 	"github.com/kvd-project/kvd/internal/metrics"
 	"github.com/kvd-project/kvd/internal/raftlog"
 	"github.com/kvd-project/kvd/internal/replica"
+	"github.com/kvd-project/kvd/internal/tlsconf"
 	"github.com/kvd-project/kvd/internal/transport"
 )
 
@@ -58,6 +59,9 @@ type Node struct {
 	serveErr     chan error
 	stopWatch    context.CancelFunc
 	watchDone    chan struct{}
+	// peerTLS is the peer certificate material (nil without peer TLS),
+	// polled for changes while the node runs; ReloadTLS re-reads it.
+	peerTLS *tlsconf.Source
 }
 
 // IDOf derives a member's raft ID from its name (membership.IDOf).
@@ -164,6 +168,11 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	if err != nil {
 		return nil, fmt.Errorf("open replica: %w", err)
 	}
+	// Mutual TLS between members, when configured.
+	peerTLS, err := loadPeerTLS(cfg, logger)
+	if err != nil {
+		return nil, err
+	}
 	// The control plane makes the peer transport, delivering to the
 	// replica, and is the replica's sender.
 	n.members, err = membership.New(membership.Config{
@@ -171,7 +180,8 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		RequestTimeout: cfg.RequestTimeout,
 		Transport: transport.Config{LocalID: uint64(rcfg.ID), ListenAddr: cfg.PeerAddr,
 			// Snapshots are staged in the data dir, beside state/ they replace.
-			Snapshots: snapshotSource{n}, SnapshotDir: cfg.DataDir},
+			Snapshots: snapshotSource{n}, SnapshotDir: cfg.DataDir,
+			TLS: peerTLS, IDOf: memberID},
 		Handler: n.rep,
 	}, ms, n.rep, n.state, logger)
 	if err != nil {
@@ -201,6 +211,12 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	}
 	if !witness {
 		go n.kv.RunExpirySweeper(sweepCtx)
+	}
+	if peerTLS != nil {
+		// A certificate renewed in place applies to the next peer
+		// connection without a signal; stopped with the sweeper.
+		n.peerTLS = peerTLS.Source()
+		go n.peerTLS.Run(sweepCtx, time.Second)
 	}
 	var watchCtx context.Context
 	watchCtx, n.stopWatch = context.WithCancel(context.Background())
