@@ -106,6 +106,10 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	if err != nil {
 		return nil, err
 	}
+	peerTLS, err := loadPeerTLS(cfg, logger) // mutual TLS between members
+	if err != nil {
+		return nil, err
+	}
 	warnInsecure(cfg, logger)
 
 	// The durable log (segment files) and the state it produces (Pebble).
@@ -180,7 +184,8 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		RequestTimeout: cfg.RequestTimeout,
 		Transport: transport.Config{LocalID: uint64(rcfg.ID), ListenAddr: cfg.PeerAddr,
 			// Snapshots are staged in the data dir, beside state/ they replace.
-			Snapshots: snapshotSource{n}, SnapshotDir: cfg.DataDir},
+			Snapshots: snapshotSource{n}, SnapshotDir: cfg.DataDir,
+			TLS: peerTLS, IDOf: memberID},
 		Handler: n.rep,
 	}, ms, n.rep, n.state, logger)
 	if err != nil {
@@ -210,6 +215,11 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	}
 	if !witness {
 		go n.kv.RunExpirySweeper(sweepCtx)
+	}
+	if peerTLS != nil {
+		// A certificate renewed in place applies to the next peer
+		// connection without a signal; stopped with the sweeper.
+		n.watchFiles(sweepCtx, peerTLS.Source())
 	}
 	var watchCtx context.Context
 	watchCtx, n.stopWatch = context.WithCancel(context.Background())
