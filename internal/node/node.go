@@ -262,6 +262,7 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		Admin:     n.members,
 		Metrics:   reg,
 		Witness:   n.witnessRefusal(witness, true),
+		Snapshots: newBackupSource(n),
 	})
 	// The profiler stays outside the deadline: a trace streams for as long
 	// as it was asked to run.
