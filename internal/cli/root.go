@@ -34,6 +34,7 @@ environment over kvd serve's --config file.`,
 	root.AddCommand(newBenchCmd())
 	root.AddCommand(newClusterCmd())
 	root.AddCommand(newHealthcheckCmd())
+	root.AddCommand(newSnapshotCmd())
 	withEnv(root) // last: it wraps the hooks of the commands above
 	return root
 }

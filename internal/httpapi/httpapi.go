@@ -107,6 +107,8 @@ type Options struct {
 	// Witness, set on a witness, refuses every data request (/v1/kv) with
 	// 421 and the sentence it returns, which names the data members.
 	Witness func() string
+	// Snapshots enables GET /v1/snapshot (snapshot.go).
+	Snapshots Snapshots
 	// Auth, when set, requires HTTP Basic credentials on every endpoint
 	// but the open ones (see the package doc); nil: no authentication.
 	Auth Authenticator
@@ -162,6 +164,7 @@ func New(svc Service, logger *slog.Logger, opts Options) http.Handler {
 		a.routes["/metrics"] = route{name: "metrics", methods: "GET", serve: h.ServeHTTP}
 	}
 	a.adminRoutes()
+	a.snapshotRoutes()
 	for path, serve := range consoleRoutes() {
 		a.routes[path] = route{name: "console", methods: "GET", serve: serve}
 	}

@@ -56,6 +56,9 @@ type File struct {
 	// Witness is whether this data dir is a witness's: its role is fixed
 	// at the first start, like its name (node checks the data dir agrees).
 	Witness bool `json:"witness,omitempty"`
+	// Restored is set when the cluster was founded from a backup
+	// (restore.go): its ID is derived from the backup's as well.
+	Restored *Restored `json:"restored,omitempty"`
 }
 
 // checkSelf reports why this data dir cannot be started as member name:

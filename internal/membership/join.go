@@ -173,7 +173,11 @@ func Open(ctx context.Context, cfg config.Config, fresh bool, h HTTP, logger *sl
 	if cfg.InitialCluster != "" && len(ms.Bootstrap) == 0 {
 		// Only the first start reads --initial-cluster; a changed one is
 		// ignored, which the operator who changed it should hear.
-		if given, err := fromFlags(cfg); err == nil && given.ClusterID != ms.ClusterID {
+		given, err := fromFlags(cfg)
+		if err == nil && ms.Restored != nil {
+			given.ClusterID = restoredID(given.ClusterID, *ms.Restored)
+		}
+		if err == nil && given.ClusterID != ms.ClusterID {
 			logger.Warn("initial-cluster differs from the one this data dir was founded with, and is ignored: membership changes go through kvd cluster add/remove",
 				"initial_cluster", cfg.InitialCluster, "file", path)
 		}

@@ -26,6 +26,7 @@ type clusterCollector struct {
 	installed, installFailures, lastSnapIndex             *prometheus.Desc
 	sent, sendFailures, received, receiveFailures         *prometheus.Desc
 	bytesSent, bytesReceived                              *prometheus.Desc
+	peerTLSRefused                                        *prometheus.Desc
 	peerRTT, peerConnected, peerSent, peerDropped, peerRx *prometheus.Desc
 }
 
@@ -41,6 +42,7 @@ func newClusterCollector(src ClusterSource) *clusterCollector {
 		receiveFailures: desc("raft", "snapshot_receive_failures_total", "Snapshot streams rejected or broken."),
 		bytesSent:       desc("raft", "snapshot_sent_bytes_total", "File bytes of completed snapshot sends."),
 		bytesReceived:   desc("raft", "snapshot_received_bytes_total", "File bytes of completed snapshot receives."),
+		peerTLSRefused:  desc("raft", "peer_tls_refused_total", "Inbound peer connections refused by mutual TLS: a failed handshake (a plaintext peer, a certificate the peer CA did not sign or that expired) or a certificate naming another member."),
 		peerRTT:         desc("raft", "peer_round_trip_seconds", "Round trip of the latest handshake with each peer.", "peer"),
 		peerConnected:   desc("raft", "peer_connected", "1 while the outbound connection to the peer is up.", "peer"),
 		peerSent:        desc("raft", "peer_messages_sent_total", "Raft messages written to each peer.", "peer"),
@@ -51,7 +53,7 @@ func newClusterCollector(src ClusterSource) *clusterCollector {
 
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.installed, c.installFailures, c.lastSnapIndex, c.sent, c.sendFailures,
-		c.received, c.receiveFailures, c.bytesSent, c.bytesReceived, c.peerRTT, c.peerConnected, c.peerSent, c.peerDropped, c.peerRx} {
+		c.received, c.receiveFailures, c.bytesSent, c.bytesReceived, c.peerTLSRefused, c.peerRTT, c.peerConnected, c.peerSent, c.peerDropped, c.peerRx} {
 		ch <- d
 	}
 }
@@ -82,6 +84,7 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.receiveFailures, float64(ts.Snapshots.ReceiveFailures))
 	counter(c.bytesSent, float64(ts.Snapshots.BytesSent))
 	counter(c.bytesReceived, float64(ts.Snapshots.BytesReceived))
+	counter(c.peerTLSRefused, float64(ts.TLSRefused))
 	if !ok {
 		return
 	}

@@ -106,6 +106,10 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	if err != nil {
 		return nil, err
 	}
+	peerTLS, err := loadPeerTLS(cfg, logger) // mutual TLS between members
+	if err != nil {
+		return nil, err
+	}
 	warnInsecure(cfg, logger)
 	memberHTTP, err := membership.NewHTTP(cfg, clientCerts)
 	if err != nil {
@@ -184,7 +188,8 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		RequestTimeout: cfg.RequestTimeout,
 		Transport: transport.Config{LocalID: uint64(rcfg.ID), ListenAddr: cfg.PeerAddr,
 			// Snapshots are staged in the data dir, beside state/ they replace.
-			Snapshots: snapshotSource{n}, SnapshotDir: cfg.DataDir},
+			Snapshots: snapshotSource{n}, SnapshotDir: cfg.DataDir,
+			TLS: peerTLS, IDOf: memberID},
 		Handler: n.rep,
 		HTTP:    memberHTTP,
 	}, ms, n.rep, n.state, logger)
@@ -215,6 +220,11 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	}
 	if !witness {
 		go n.kv.RunExpirySweeper(sweepCtx)
+	}
+	if peerTLS != nil {
+		// A certificate renewed in place applies to the next peer
+		// connection without a signal; stopped with the sweeper.
+		n.watchFiles(sweepCtx, peerTLS.Source())
 	}
 	var watchCtx context.Context
 	watchCtx, n.stopWatch = context.WithCancel(context.Background())
@@ -257,6 +267,7 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		Admin:     n.members,
 		Metrics:   reg,
 		Witness:   n.witnessRefusal(witness, true),
+		Snapshots: newBackupSource(n),
 		Client:    memberHTTP.Client,
 		Scheme:    memberHTTP.Scheme,
 	})

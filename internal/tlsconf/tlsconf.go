@@ -266,7 +266,8 @@ func (p *Peer) verify(raw [][]byte, usage x509.ExtKeyUsage) error {
 		KeyUsages: []x509.ExtKeyUsage{usage},
 	})
 	if err != nil {
-		return fmt.Errorf("verify peer certificate %q: %w", certs[0].Subject.CommonName, err)
+		// Named by all its names: a member certificate often has only a SAN.
+		return fmt.Errorf("verify peer certificate %q: %w", Names(certs[0]), err)
 	}
 	return nil
 }
@@ -296,10 +297,13 @@ func (p *Peer) ServerConfig() *tls.Config {
 // and verifies the other's chain (as a TLS server); the member it names is
 // checked by the caller with CheckMember.
 func (p *Peer) ClientConfig() *tls.Config {
-	m := p.src.cur.Load()
 	return &tls.Config{
-		MinVersion:   p.minVersion,
-		Certificates: []tls.Certificate{*m.cert},
+		MinVersion: p.minVersion,
+		// The certificate current at the handshake, like the server side:
+		// a config kept across dials must not keep presenting the old one.
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return p.src.cur.Load().cert, nil
+		},
 		// Chain verification happens in VerifyPeerCertificate against the
 		// current CA; the host name is deliberately not checked (see Peer).
 		InsecureSkipVerify: true, //nolint:gosec // verified below

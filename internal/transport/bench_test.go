@@ -2,11 +2,15 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"sync/atomic"
 	"testing"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kvd-project/kvd/internal/testing/testpki"
+	"github.com/kvd-project/kvd/internal/tlsconf"
 )
 
 // countingHandler counts stepped messages and wakes the sender every
@@ -34,9 +38,33 @@ func (h *countingHandler) ReportSnapshot(uint64, bool) {}
 // about 600 bytes (one 576-byte entry), sent in Ready-sized batches of 64.
 // The sender keeps at most half a queue in flight so nothing is dropped.
 func BenchmarkTCPSend(b *testing.B) {
+	benchmarkSend(b, fastConfig(7, 1, nil), fastConfig(7, 2, nil))
+}
+
+// BenchmarkTCPSendTLS is BenchmarkTCPSend over peer mutual TLS: the cost
+// of the record layer, and no allocations per message beyond plaintext's.
+func BenchmarkTCPSendTLS(b *testing.B) {
+	ca := testpki.NewCA(b, "peer-ca")
+	peer := func(name string) *tlsconf.Peer {
+		f := testpki.WriteFiles(b, b.TempDir(), name, ca, ca.Issue(b, testpki.Leaf{DNS: []string{name}}))
+		src, err := tlsconf.Load(tlsconf.Files{Cert: f.Cert, Key: f.Key, CA: f.CA}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, err := tlsconf.NewPeer(src, tls.VersionTLS13)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return p
+	}
+	benchmarkSend(b, withTLS(fastConfig(7, 1, nil), peer("m1")), withTLS(fastConfig(7, 2, nil), peer("m2")))
+}
+
+func benchmarkSend(b *testing.B, cfg1, cfg2 Config) {
 	h := &countingHandler{wake: make(chan struct{}, 1)}
-	t2 := newTCP(b, fastConfig(7, 2, nil), h, nil)
-	t1 := newTCP(b, fastConfig(7, 1, map[uint64]string{2: t2.Addr()}), &countingHandler{wake: make(chan struct{}, 1)}, nil)
+	t2 := newTCP(b, cfg2, h, nil)
+	cfg1.Peers = map[uint64]string{2: t2.Addr()}
+	t1 := newTCP(b, cfg1, &countingHandler{wake: make(chan struct{}, 1)}, nil)
 
 	const batch = 64
 	window := int64(DefaultQueueSize / 2)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
+
+	"github.com/kvd-project/kvd/internal/tlsconf"
 )
 
 // NodeID identifies a raft member. It is never an address.
@@ -96,6 +98,20 @@ type Config struct {
 	// was removed is the caller's judgement: a joiner may dial a leader
 	// that has not applied its addition yet.
 	OnNotMember func(peer, applied uint64)
+
+	// TLS, when set, makes every peer connection, message and snapshot
+	// stream alike, mutual TLS: the listener accepts only TLS, each side
+	// presents its certificate and verifies the other's against the peer
+	// CA, and each checks that the other's certificate names the member it
+	// speaks for (see the package documentation). When nil, connections are
+	// plaintext.
+	TLS *tlsconf.Peer
+	// IDOf maps a name a peer certificate is issued to (a DNS subject
+	// alternative name, or the common name) to the raft ID of the member of
+	// that name; required with TLS. kvd passes node.IDOf, the hash its
+	// members' IDs are made with, so a certificate naming "kvd-2" speaks
+	// for the member named kvd-2 and no other.
+	IDOf func(name string) uint64
 }
 
 func (c *Config) setDefaults() {
@@ -130,6 +146,9 @@ func (c *Config) validate() error {
 	}
 	if c.Snapshots != nil && c.SnapshotDir == "" {
 		errs = append(errs, errors.New("SnapshotDir is empty but Snapshots is set"))
+	}
+	if c.TLS != nil && c.IDOf == nil {
+		errs = append(errs, errors.New("IDOf is nil but TLS is set: certificates could not be tied to members"))
 	}
 	for id, addr := range c.Peers {
 		switch {

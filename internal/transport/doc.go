@@ -61,7 +61,8 @@
 //	version uint16   the acceptor's version
 //	status  uint16   0 ok, 1 unsupported version, 2 cluster ID mismatch,
 //	                 3 wrong node, 4 invalid sender, 5 malformed,
-//	                 6 not a member
+//	                 6 not a member, 7 certificate names another member
+//	                 (peer TLS only)
 //	cluster uint64   the acceptor's cluster ID
 //	id      uint64   the acceptor's node ID
 //
@@ -125,6 +126,42 @@
 //
 // Without Config.Snapshots, MsgSnap travels like any other message and
 // ReportSnapshot follows its write (tests of the transport alone).
+//
+// # Peer TLS
+//
+// With Config.TLS set, every connection, message or snapshot stream, is
+// mutual TLS under the same protocol: the dialer runs the TLS handshake
+// (tlsconf.Peer.ClientConfig: it presents this member's certificate and
+// verifies the acceptor's chain against the peer CA, not its host name),
+// then the hello as above inside the TLS session, all within DialTimeout;
+// the acceptor runs its half (ServerConfig: a client certificate the CA
+// signed is required) within DialTimeout, then reads the hello. The CA
+// proves a certificate is one of the cluster's; which member it speaks for
+// is the member it names (tlsconf.CheckMember, through Config.IDOf):
+//
+//   - the acceptor checks that the dialer's certificate names the hello's
+//     sender, before anything else may accept it, and answers status 7
+//     otherwise, so that no member can send as another;
+//   - the dialer, once the hello is accepted, checks that the acceptor's
+//     certificate names the member it dialled, and closes the connection
+//     otherwise, so that nothing is sent to an impostor at a peer's
+//     address.
+//
+// A member without peer TLS fails either way: its plaintext hello is not a
+// TLS record, and a TLS hello does not carry kvd's magic. The acceptor logs
+// each kind of refused connection (a failed TLS handshake, such as a
+// plaintext peer or an untrusted or expired certificate, or a certificate
+// naming another member) at warn once a minute per host, at debug in
+// between, and counts them in Stats.TLSRefused; the dialer logs at warn
+// when its failure changes, as for any failed dial. Certificates are picked
+// per handshake, so a reload of the files (tlsconf.Source) applies to the
+// next connection while established ones carry on.
+//
+// Closing a TLS connection closes its TCP connection without a close_notify
+// alert, which could wait on a peer that stopped reading; the frames make a
+// cut connection detectable anyway. Messages are not copied on the way: a
+// batch is one Write into the TLS record layer, and a frame is read through
+// the same bufio reader either way.
 //
 // # Testing
 //

@@ -3,6 +3,7 @@ package transport
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -29,10 +30,30 @@ func (t *TCP) serveInbound(conn net.Conn) {
 	defer conn.Close()
 	remote := conn.RemoteAddr().String()
 
-	h, err := t.acceptHandshake(conn)
+	// pc is the peer connection: conn itself, or TLS over it. (The hooks
+	// above close conn; with TLS that is what tlsConn.Close does too.)
+	pc := conn
+	var state *tls.ConnectionState
+	if t.tls != nil {
+		tc, err := t.tlsHandshake(conn)
+		if err != nil {
+			if t.ctx.Err() == nil {
+				t.logRefusal(remote, err)
+			}
+			return
+		}
+		pc = tlsConn{tc}
+		st := tc.ConnectionState()
+		state = &st
+	}
+
+	h, err := t.acceptHandshake(pc, state)
 	if err != nil {
+		var me *memberError
 		switch {
 		case t.ctx.Err() != nil:
+		case errors.As(err, &me):
+			t.logRefusal(remote, err)
 		case errors.Is(err, errNotMember):
 			// A removed member redials after every backoff until it
 			// learns why; one line per attempt would flood the log.
@@ -47,7 +68,7 @@ func (t *TCP) serveInbound(conn net.Conn) {
 	if h.Flags == flagSnapshot {
 		// A snapshot stream is not the sender's message connection: it
 		// neither replaces nor is replaced by one.
-		t.snap.receive(conn, from, log)
+		t.snap.receive(pc, from, log)
 		return
 	}
 
@@ -55,18 +76,18 @@ func (t *TCP) serveInbound(conn net.Conn) {
 	if old := t.inbound[from]; old != nil {
 		old.Close() // the peer reconnected; its old reader exits
 	}
-	t.inbound[from] = conn
+	t.inbound[from] = pc
 	t.mu.Unlock()
 	defer func() {
 		t.mu.Lock()
-		if t.inbound[from] == conn {
+		if t.inbound[from] == pc {
 			delete(t.inbound, from)
 		}
 		t.mu.Unlock()
 	}()
 	log.Debug("accepted peer connection")
 
-	err = t.readFrames(conn, from, log)
+	err = t.readFrames(pc, from, log)
 	switch {
 	case t.ctx.Err() != nil, errors.Is(err, net.ErrClosed):
 	case errors.Is(err, errProtocol):
@@ -78,9 +99,24 @@ func (t *TCP) serveInbound(conn net.Conn) {
 	}
 }
 
+// tlsHandshake runs the acceptor's TLS handshake on conn within
+// DialTimeout: the peer CA must have signed the sender's certificate
+// (tlsconf.Peer.ServerConfig). Which member it names is checked against the
+// hello that follows.
+func (t *TCP) tlsHandshake(conn net.Conn) (*tls.Conn, error) {
+	conn.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
+	tc := tls.Server(conn, t.tls.server)
+	if err := tc.Handshake(); err != nil {
+		return nil, fmt.Errorf("TLS handshake: %w", err)
+	}
+	return tc, nil
+}
+
 // acceptHandshake reads the hello within DialTimeout, answers it, and
-// returns the sender's ID if it was accepted.
-func (t *TCP) acceptHandshake(conn net.Conn) (hello, error) {
+// returns the sender's ID if it was accepted. With peer TLS, state is the
+// connection's: the sender's certificate must name the member the hello
+// says it is.
+func (t *TCP) acceptHandshake(conn net.Conn, state *tls.ConnectionState) (hello, error) {
 	conn.SetDeadline(time.Now().Add(t.cfg.DialTimeout))
 	h, err := readHello(conn)
 	if err != nil {
@@ -92,6 +128,13 @@ func (t *TCP) acceptHandshake(conn net.Conn) (hello, error) {
 	}
 	status := checked.check(t.cfg.ClusterID, t.cfg.LocalID)
 	resp := response{Version: ProtocolVersion, Status: status, ClusterID: t.cfg.ClusterID, ID: t.cfg.LocalID}
+	var certErr error
+	if status == statusOK && state != nil {
+		// Before NotMember: who the sender is comes before what it may do.
+		if certErr = t.tls.checkMember(*state, h.From); certErr != nil {
+			resp.Status, status = statusWrongCert, statusWrongCert
+		}
+	}
 	if status == statusOK && t.cfg.NotMember != nil {
 		if applied, refuse := t.cfg.NotMember(h.From); refuse {
 			resp.Status, resp.Applied = statusNotMember, applied
@@ -100,6 +143,9 @@ func (t *TCP) acceptHandshake(conn net.Conn) (hello, error) {
 	}
 	if _, err := conn.Write(resp.marshal()); err != nil {
 		return hello{}, fmt.Errorf("answering handshake: %w", err)
+	}
+	if certErr != nil {
+		return hello{}, certErr
 	}
 	if status == statusNotMember {
 		return hello{}, fmt.Errorf("%w: sender %d, as of applied index %d", errNotMember, h.From, resp.Applied)

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -277,7 +278,7 @@ func (w *writer) connect() error {
 		ClusterID: cfg.ClusterID,
 		From:      cfg.LocalID,
 		To:        p.id,
-	})
+	}, p.t.tls)
 	if err != nil {
 		p.c.dialFailures.Add(1)
 		if p.ctx.Err() == nil {
@@ -410,25 +411,36 @@ func (w *writer) write(batch []*pb.Message) error {
 	return nil
 }
 
-// dialPeer connects to addr and runs the dialer's half of the handshake. It
-// returns the connection with no deadline set and the handshake's round
-// trip time.
-func dialPeer(ctx context.Context, addr string, timeout time.Duration, h hello) (net.Conn, time.Duration, error) {
+// dialPeer connects to addr and runs the dialer's half of the handshake:
+// with sec (peer TLS) set, the TLS handshake first and, once the peer has
+// accepted the hello, the check that its certificate names the member h.To.
+// All of it fits in timeout. It returns the connection with no deadline set
+// and the hello's round trip time.
+func dialPeer(ctx context.Context, addr string, timeout time.Duration, h hello, sec *peerTLS) (net.Conn, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, 0, err
 	}
-	release := afterFunc(ctx, func() { conn.Close() })
+	release := afterFunc(ctx, func() { raw.Close() })
 	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
+		raw.SetDeadline(dl)
+	}
+	conn := raw
+	var tc *tls.Conn
+	if sec != nil {
+		if tc, err = sec.clientHandshake(raw); err == nil {
+			conn = tlsConn{tc}
+		}
 	}
 	start := time.Now()
 	var resp response
-	if _, err = conn.Write(h.marshal()); err == nil {
-		resp, err = readResponse(conn)
+	if err == nil {
+		if _, err = conn.Write(h.marshal()); err == nil {
+			resp, err = readResponse(conn)
+		}
 	}
 	rtt := time.Since(start)
 	if release() && err == nil {
@@ -444,6 +456,15 @@ func dialPeer(ctx context.Context, addr string, timeout time.Duration, h hello) 
 	if resp.Status != statusOK {
 		conn.Close()
 		return nil, 0, &refusedError{status: resp.Status, clusterID: resp.ClusterID, id: resp.ID, applied: resp.Applied}
+	}
+	if tc != nil {
+		// The peer answered for h.To; its certificate must say the same,
+		// or another member (or a stolen certificate of one) stands at
+		// that address.
+		if err := sec.checkMember(tc.ConnectionState(), h.To); err != nil {
+			conn.Close()
+			return nil, 0, fmt.Errorf("peer at %s: %w", addr, err)
+		}
 	}
 	conn.SetDeadline(time.Time{})
 	return conn, rtt, nil

@@ -204,7 +204,7 @@ func (s *snapshotter) stream(p *peer, m *pb.Message) (uint64, error) {
 	}
 	conn, _, err := dialPeer(ctx, p.addr, s.t.cfg.DialTimeout, hello{
 		Version: ProtocolVersion, Flags: flagSnapshot, ClusterID: s.t.cfg.ClusterID, From: s.t.cfg.LocalID, To: p.id,
-	})
+	}, s.t.tls)
 	if err != nil {
 		return 0, fmt.Errorf("dial: %w", err)
 	}

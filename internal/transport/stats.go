@@ -18,6 +18,11 @@ type Stats struct {
 	Inbound int
 	// Snapshots counts snapshot streams (zero unless streaming is on).
 	Snapshots SnapshotStats
+	// TLSRefused counts inbound connections refused by peer TLS: a failed
+	// TLS handshake (a plaintext peer, a certificate the peer CA did not
+	// sign or that expired) or a certificate that does not name the member
+	// the hello claims. Outbound ones count in PeerStats.DialFailures.
+	TLSRefused uint64
 }
 
 // PeerStats describes the link to one peer.
@@ -47,6 +52,7 @@ func (t *TCP) Stats() Stats {
 		Peers:          make(map[NodeID]PeerStats, len(peers)),
 		UnknownDropped: t.unknownDropped.Load(),
 		Inbound:        inbound,
+		TLSRefused:     t.tlsRefused.Load(),
 	}
 	if t.snap != nil {
 		s.Snapshots = t.snap.stats()

@@ -29,6 +29,11 @@ type TCP struct {
 	rep *reporter
 	// snap streams snapshots; nil unless Config.Snapshots is set.
 	snap *snapshotter
+	// tls is nil for plaintext peers; refusals rate-limits the warnings
+	// about inbound connections it refuses, tlsRefused counts them.
+	tls        *peerTLS
+	refusals   *logLimiter
+	tlsRefused atomic.Uint64
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -77,6 +82,8 @@ func NewTCP(cfg Config, h Handler, logger *slog.Logger) (*TCP, error) {
 		counters:     make(map[uint64]*peerCounters),
 		inbound:      make(map[uint64]net.Conn),
 		inboundSlots: make(chan struct{}, maxInbound),
+		tls:          newPeerTLS(cfg.TLS, cfg.IDOf),
+		refusals:     newLogLimiter(refusalLogInterval),
 	}
 	if cfg.Snapshots != nil {
 		if t.snap, err = newSnapshotter(t, cfg.Snapshots, cfg.SnapshotDir); err != nil {

@@ -42,6 +42,9 @@ const (
 	// receiver's applied index (uint64), from which the sender can tell
 	// whether it was removed or is a joiner the leader has not applied yet.
 	statusNotMember uint16 = 6
+	// statusWrongCert: with peer TLS, the sender's certificate does not
+	// name the member its hello claims to be (never sent without TLS).
+	statusWrongCert uint16 = 7
 )
 
 func statusText(s uint16) string {
@@ -60,6 +63,8 @@ func statusText(s uint16) string {
 		return "malformed handshake"
 	case statusNotMember:
 		return "not a member of the cluster"
+	case statusWrongCert:
+		return "our certificate does not name the member our handshake claims"
 	}
 	return fmt.Sprintf("unknown status %d", s)
 }

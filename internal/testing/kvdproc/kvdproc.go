@@ -269,10 +269,18 @@ func launch(t testing.TB, dataDir, name string, extra ...string) (*Proc, error) 
 // free peer ports, and returns once every member is ready.
 func StartCluster(t testing.TB, n int, extra ...string) []*Proc {
 	t.Helper()
+	return StartClusterEach(t, n, nil, extra...)
+}
+
+// StartClusterEach is StartCluster with flags of each member's own after
+// extra: each(name), when each is not nil (a member's own certificate,
+// say).
+func StartClusterEach(t testing.TB, n int, each func(name string) []string, extra ...string) []*Proc {
+	t.Helper()
 	// Peer ports are picked free and bound only later by kvd, so a parallel
 	// test can take one in between: start the cluster again on new ports.
 	for attempt := 1; ; attempt++ {
-		procs, err := startCluster(t, n, extra...)
+		procs, err := startCluster(t, n, each, extra...)
 		if err == nil {
 			for _, p := range procs {
 				p.WaitReady()
@@ -286,7 +294,7 @@ func StartCluster(t testing.TB, n int, extra ...string) []*Proc {
 	}
 }
 
-func startCluster(t testing.TB, n int, extra ...string) ([]*Proc, error) {
+func startCluster(t testing.TB, n int, each func(string) []string, extra ...string) ([]*Proc, error) {
 	t.Helper()
 	var members []string
 	for i := 1; i <= n; i++ {
@@ -297,6 +305,9 @@ func startCluster(t testing.TB, n int, extra ...string) ([]*Proc, error) {
 		name := fmt.Sprintf("n%d", i+1)
 		peer := strings.SplitN(members[i], "=", 2)[1]
 		args := append([]string{"--peer-addr", peer, "--initial-cluster", strings.Join(members, ",")}, extra...)
+		if each != nil {
+			args = append(args, each(name)...)
+		}
 		p, err := launch(t, filepath.Join(t.TempDir(), name), name, args...)
 		if err != nil {
 			for _, q := range procs {
@@ -436,6 +447,13 @@ func (p *Proc) Restart() *Proc {
 	q := Launch(p.t, p.DataDir, p.Name, p.extra...)
 	q.WaitReady()
 	return q
+}
+
+// Relaunch is Restart without waiting for readiness: for a member that is
+// not expected to reach a quorum.
+func (p *Proc) Relaunch() *Proc {
+	p.t.Helper()
+	return Launch(p.t, p.DataDir, p.Name, p.extra...)
 }
 
 // RunAgain runs `kvd serve` once more on p's data dir with p's flags, for a
