@@ -161,14 +161,38 @@ func (s *clientSecurity) http() (httpAuth, error) {
 
 // do sends req with the credentials, if any.
 func (a httpAuth) do(req *http.Request) (*http.Response, error) {
-	if a.user != "" {
-		req.SetBasicAuth(a.user, a.password)
-	}
+	return a.asClient().Do(req)
+}
+
+// asClient is a client that sends the credentials on every request itself,
+// for code that takes an *http.Client (backup.Save).
+func (a httpAuth) asClient() *http.Client {
 	hc := a.client
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	return hc.Do(req)
+	if a.user == "" {
+		return hc
+	}
+	next := hc.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	c := *hc
+	c.Transport = basicAuthTransport{next: next, user: a.user, password: a.password}
+	return &c
+}
+
+// basicAuthTransport adds Basic credentials to each request.
+type basicAuthTransport struct {
+	next           http.RoundTripper
+	user, password string
+}
+
+func (t basicAuthTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context()) // a RoundTripper must not change its request
+	req.SetBasicAuth(t.user, t.password)
+	return t.next.RoundTrip(req)
 }
 
 // defaultScheme is the scheme of an address given without one: https when

@@ -190,3 +190,18 @@ func TestClusterEndpointCredentialsAreNotPrinted(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, out, "s3cret")
 }
+
+// kvd snapshot save takes the same flags: its request carries --user over
+// the --cacert-verified connection (here refused for a wrong password,
+// which the save reports).
+func TestSnapshotSaveSendsCredentials(t *testing.T) {
+	srv, files := tlsAPI(t)
+	file := filepath.Join(t.TempDir(), "b.kvdsnap")
+	_, _, err := runArgs(t, "snapshot", "save", file, "--endpoints", srv.URL, "--cacert", files.CA, "--user", "alice:guess")
+	require.ErrorContains(t, err, "authentication required")
+	// Right credentials pass the check; the fake has no /v1/snapshot.
+	_, _, err = runArgs(t, "snapshot", "save", file, "--endpoints", srv.URL, "--cacert", files.CA, "--user", "alice:s3cret")
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "authentication required")
+	require.NoFileExists(t, file)
+}

@@ -25,6 +25,8 @@ type snapshotOptions struct {
 	timeout   time.Duration
 	progress  time.Duration
 	restore   config.Config
+	// sec are save's TLS and --user flags.
+	sec clientSecurity
 }
 
 func newSnapshotCmd() *cobra.Command {
@@ -44,6 +46,7 @@ func newSnapshotCmd() *cobra.Command {
 	save.Flags().DurationVar(&o.timeout, "timeout", 0, "bound on the whole save (0: none)")
 	save.Flags().DurationVar(&o.progress, "progress-interval", 2*time.Second, "how often progress is printed to stderr")
 	save.Flags().BoolVar(&o.json, "json", false, "print a JSON summary on stdout")
+	o.sec.bind(save.Flags())
 
 	status := &cobra.Command{
 		Use:   "status FILE",
@@ -74,7 +77,11 @@ func newSnapshotCmd() *cobra.Command {
 func (o *snapshotOptions) save(cmd *cobra.Command, file string) error {
 	endpoint := strings.TrimSpace(strings.Split(o.endpoints, ",")[0])
 	if !strings.HasPrefix(endpoint, "http://") && !strings.HasPrefix(endpoint, "https://") {
-		return fmt.Errorf("--endpoints: %q is not an HTTP address (http://host:port)", endpoint)
+		return fmt.Errorf("--endpoints: %q is not an HTTP address (http://host:port)", config.RedactURL(endpoint))
+	}
+	auth, err := o.sec.http()
+	if err != nil {
+		return err
 	}
 	ctx := cmd.Context()
 	if o.timeout > 0 {
@@ -84,7 +91,7 @@ func (o *snapshotOptions) save(cmd *cobra.Command, file string) error {
 	}
 	errOut := cmd.ErrOrStderr()
 	tty := isTerminal(errOut)
-	opts := backup.SaveOptions{Endpoint: endpoint, File: file, ProgressEvery: o.progress,
+	opts := backup.SaveOptions{Endpoint: endpoint, File: file, ProgressEvery: o.progress, Client: auth.asClient(),
 		Progress: func(p backup.Progress) { printProgress(errOut, tty, p) }}
 	if tty {
 		opts.ProgressEvery = 200 * time.Millisecond
