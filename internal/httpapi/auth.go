@@ -17,14 +17,23 @@ type Authenticator interface {
 	Failed(remote, user, reason string)
 }
 
-// openPaths are served without credentials when authentication is on: the
-// read-only probes that orchestrators, load balancers and Prometheus call
+// openPaths are served without credentials when authentication is on (as
+// is openRead): the read-only probes that orchestrators, load balancers and Prometheus call
 // without a password. None of them reveals a key or a value.
 var openPaths = map[string]bool{
 	"/healthz":    true,
 	"/readyz":     true,
 	"/metrics":    true,
 	"/v1/version": true,
+}
+
+// openRead: GET /v1/cluster, the member table (names, roles, addresses,
+// raft progress; no key or value) is open too, because members ask each
+// other for it to find the leader's peer address (membership's
+// askPeerAddr), and members hold no password. Changes to the cluster,
+// under /v1/cluster/…, need credentials.
+func openRead(r *http.Request) bool {
+	return r.URL.EscapedPath() == "/v1/cluster" && (r.Method == http.MethodGet || r.Method == http.MethodHead)
 }
 
 // challenge is the WWW-Authenticate header of a 401. The charset tells
@@ -49,7 +58,7 @@ func RequireAuth(auth Authenticator, h http.Handler) http.Handler {
 // authorized reports whether r may be served; when not, it has answered 401
 // and reported the failure to auth.
 func authorized(auth Authenticator, w http.ResponseWriter, r *http.Request) bool {
-	if auth == nil || openPaths[r.URL.EscapedPath()] {
+	if auth == nil || openPaths[r.URL.EscapedPath()] || openRead(r) {
 		return true
 	}
 	user, password, ok := r.BasicAuth()

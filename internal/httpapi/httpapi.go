@@ -25,7 +25,8 @@
 // Basic credentials, answered 401 unauthorized with a WWW-Authenticate
 // challenge without them, except the read-only health and scrape endpoints
 // /healthz, /readyz, /metrics and /v1/version, which probes and Prometheus
-// call without a password and which reveal no key or value. The console is
+// call without a password and which reveal no key or value, and GET
+// /v1/cluster, the member table, which members ask each other for. The console is
 // covered too: the browser asks for the credentials at the first 401 and
 // sends them again on the console's own requests, which are same-origin.
 // An admin request a follower forwards to the leader carries the client's
