@@ -314,3 +314,20 @@ func Verify(caCertPEM, certPEM []byte, usage Usage, now time.Time) error {
 	}
 	return nil
 }
+
+// KeyMatches checks that keyPEM is the private key of the certificate in
+// certPEM.
+func KeyMatches(certPEM, keyPEM []byte) error {
+	cert, err := ParseCertificate(certPEM)
+	if err != nil {
+		return err
+	}
+	key, err := ParsePrivateKey(keyPEM)
+	if err != nil {
+		return err
+	}
+	if !publicKeysEqual(key.Public(), cert.PublicKey) {
+		return fmt.Errorf("the key is not the key of certificate %q", cert.Subject.CommonName)
+	}
+	return nil
+}

@@ -228,3 +228,24 @@ func TestIssueRefusesBadInput(t *testing.T) {
 		})
 	}
 }
+
+func TestKeyMatches(t *testing.T) {
+	caCert, caKey := newCA(t)
+	certPEM, keyPEM, err := certgen.Issue(caCert, caKey, certgen.Request{CommonName: "n1", ValidFor: day, Usage: certgen.UsageBoth})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name      string
+		cert, key []byte
+		ok        bool
+	}{
+		{"its own key", certPEM, keyPEM, true},
+		{"the CA's key", certPEM, caKey, false},
+		{"no certificate", nil, keyPEM, false},
+		{"no key", certPEM, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := certgen.KeyMatches(tc.cert, tc.key)
+			assert.Equal(t, tc.ok, err == nil, "%v", err)
+		})
+	}
+}
