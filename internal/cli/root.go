@@ -29,6 +29,7 @@ Point any memcache client at it.`,
 	root.AddCommand(newBenchCmd())
 	root.AddCommand(newClusterCmd())
 	root.AddCommand(newHealthcheckCmd())
+	root.AddCommand(newCertsCmd())
 	return root
 }
 
