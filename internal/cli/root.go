@@ -35,6 +35,7 @@ environment over kvd serve's --config file.`,
 	root.AddCommand(newClusterCmd())
 	root.AddCommand(newHealthcheckCmd())
 	root.AddCommand(newSnapshotCmd())
+	root.AddCommand(newCertsCmd())
 	withEnv(root) // last: it wraps the hooks of the commands above
 	return root
 }
