@@ -54,6 +54,16 @@ type Encoder interface {
 	AppendError(dst []byte, e Echo, kind ErrorKind, msg string) []byte
 }
 
+// SASLEncoder renders the successes of the binary protocol's SASL
+// exchange, whose bodies no other reply has: the mechanisms a server
+// offers, and the word it answers a successful authentication with. The
+// binary codec implements it; a session asserts its Encoder to it.
+type SASLEncoder interface {
+	// AppendSASL appends a success response to the SASL request e
+	// echoes, body as its value.
+	AppendSASL(dst []byte, e Echo, body string) []byte
+}
+
 // Codec is one connection's protocol: how its requests are read and its
 // replies written.
 type Codec interface {

@@ -87,6 +87,11 @@ const (
 	KindTooLarge
 	// KindNonNumeric: incr or decr of a value that is not a number.
 	KindNonNumeric
+	// KindAuth: a request refused because the connection has not
+	// authenticated, or a failed authentication. The binary protocol's
+	// words are fixed ("Auth failure.", status 0x20); the text
+	// protocol's are msg after CLIENT_ERROR, as memcached's -Y words them.
+	KindAuth
 )
 
 // KindOf classifies a text-protocol error line by its prefix.

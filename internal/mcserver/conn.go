@@ -38,6 +38,14 @@ type Reply struct {
 // Final is a reply whose bytes are known now.
 func Final(buf []byte) *Reply { return &Reply{buf: buf} }
 
+// ThenClose makes rp the connection's last reply: once it is written (after
+// the replies before it) the connection closes, and no request after it is
+// read. It returns rp.
+func (rp *Reply) ThenClose() *Reply {
+	rp.close = true
+	return rp
+}
+
 // AfterWrite has f called on the writer goroutine once rp is written or
 // dropped: what rp's bytes held in memory is then free.
 func (rp *Reply) AfterWrite(f func()) { rp.written = f }
@@ -298,9 +306,9 @@ func (c *Conn) readLoop() {
 				return // EOF, reset, deadline: nothing to answer
 			}
 			rp := c.ss.Rejected(&req, perr)
-			rp.close = perr.Close
+			rp.close = rp.close || perr.Close
 			c.Send(rp)
-			if perr.Close {
+			if rp.close {
 				return
 			}
 			continue
@@ -518,6 +526,9 @@ func (c *Conn) Now() time.Time { return c.reqNow }
 // Context ends when the server shuts down for good: waits on writes give
 // up then.
 func (c *Conn) Context() context.Context { return c.s.baseCtx }
+
+// RemoteAddr is the client's address, host:port.
+func (c *Conn) RemoteAddr() string { return c.addr }
 
 // Server is the listener the connection belongs to.
 func (c *Conn) Server() *Server { return c.s }

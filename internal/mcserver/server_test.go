@@ -23,7 +23,8 @@ import (
 // fakeHandler answers with no node behind it: a get of key "slow" waits
 // for release before it renders (as a write waits for its log entry),
 // every other get hits with the key as its value, and anything else is
-// answered OK.
+// answered OK. A get of "close" is answered and ends the connection, and
+// so is a refused request the codec calls the client's fault.
 type fakeHandler struct {
 	release chan struct{}
 	mu      sync.Mutex
@@ -61,6 +62,9 @@ func (s *fakeSession) Handle(req *mcproto.Request) *mcserver.Reply {
 			return enc.AppendEnd(enc.AppendHit(nil, e, []byte(key), 0, []byte("late"), 0), e)
 		})
 	}
+	if key == "close" {
+		return mcserver.Final(enc.AppendEnd(nil, e)).ThenClose()
+	}
 	if key == "barrier" {
 		s.c.WaitOwnWrites() // a read waits for this connection's writes
 	}
@@ -71,6 +75,9 @@ func (s *fakeSession) Rejected(_ *mcproto.Request, perr *mcproto.Error) *mcserve
 	s.h.mu.Lock()
 	s.h.rejects++
 	s.h.mu.Unlock()
+	if perr.Kind == mcproto.KindClient {
+		return mcserver.Final(perr.Reply).ThenClose()
+	}
 	return mcserver.Final(perr.Reply)
 }
 
@@ -163,6 +170,29 @@ func TestRejectedRequests(t *testing.T) {
 	h.mu.Lock()
 	assert.Equal(t, 2, h.rejects)
 	h.mu.Unlock()
+}
+
+// A session may end the connection after a reply (ThenClose), from Handle
+// or Rejected: the requests pipelined behind it are not answered.
+func TestSessionClosesAfterReply(t *testing.T) {
+	_, _, addr := serve(t, mcserver.Config{MaxConnections: 10, MaxItemSize: 1 << 20})
+	for _, tc := range []struct {
+		name, req string
+		want      []string
+	}{
+		{"from Handle", "get a\r\nget close\r\nget b\r\n", []string{"VALUE a 0 1", "a", "END", "END"}},
+		{"from Rejected", "get a\r\nget " + strings.Repeat("k", 251) + "\r\nget b\r\n",
+			[]string{"VALUE a 0 1", "a", "END", "CLIENT_ERROR bad command line format"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nc, r := dialRW(t, addr)
+			_, err := nc.Write([]byte(tc.req))
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, readLines(t, r, len(tc.want)))
+			_, err = r.ReadByte()
+			assert.ErrorIs(t, err, io.EOF, "the connection closes after the reply")
+		})
+	}
 }
 
 // The first byte picks the codec: 0x80 is the binary protocol's, and the

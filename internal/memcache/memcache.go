@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvd-project/kvd/internal/auth"
 	"github.com/kvd-project/kvd/internal/command"
 	"github.com/kvd-project/kvd/internal/kv"
 	"github.com/kvd-project/kvd/internal/mcproto"
@@ -50,6 +51,10 @@ type Config struct {
 	MaxConnections int
 	// Name is this member's name, shown by `stats raft`; empty: not shown.
 	Name string
+	// Auth, when set, makes every connection authenticate before anything
+	// else (see auth.go for what memcached's rules are and how kvd
+	// follows them); nil: no authentication, nothing changes.
+	Auth *auth.Store
 	// MemberName names a raft member by ID for `stats raft` (the node's
 	// cluster directory); nil or "": the member is shown by ID only.
 	MemberName func(id kv.NodeID) string
@@ -81,6 +86,8 @@ func (s *Service) Stats() *Stats { return s.stats }
 func (s *Service) NewSession(c *mcserver.Conn) mcserver.Session {
 	ss := &session{s: s, c: c, enc: c.Encoder()}
 	ss.menc, _ = ss.enc.(mcproto.MetaEncoder) // nil where no meta request can come
+	ss.senc, _ = ss.enc.(mcproto.SASLEncoder) // nil where no SASL request can come
+	ss.authed = s.cfg.Auth == nil
 	ss.gatKeyBytes.Store(int64(s.cfg.MaxItemSize))
 	return ss
 }

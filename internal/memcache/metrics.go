@@ -220,6 +220,10 @@ type Stats struct {
 	StoreNoMemory atomic.Uint64
 	TotalItems    atomic.Uint64
 	ServerErrors  atomic.Uint64
+	// AuthCmds counts authentication attempts, AuthErrors the failed
+	// ones (memcached's auth_cmds and auth_errors).
+	AuthCmds   atomic.Uint64
+	AuthErrors atomic.Uint64
 
 	cmds commandStats
 }

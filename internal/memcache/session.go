@@ -20,8 +20,13 @@ type session struct {
 	s   *Service
 	c   *mcserver.Conn
 	enc mcproto.Encoder
-	// menc is enc's meta rendering: the text protocol's codec has one.
+	// menc is enc's meta rendering: the text protocol's codec has one;
+	// senc its SASL rendering: the binary codec has one.
 	menc mcproto.MetaEncoder
+	senc mcproto.SASLEncoder
+	// authed: the connection may send any request, because it has
+	// authenticated or need not (Config.Auth nil). See auth.go.
+	authed bool
 	// metaReply is the reader goroutine's scratch for meta replies it
 	// renders itself (a read's; a write's render on the writer).
 	metaReply mcproto.MetaReply
@@ -47,6 +52,11 @@ var storageOps = map[mcproto.Op]command.Op{
 // Handle turns one request into its reply (final, or pending on writes).
 func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 	st, enc, e := ss.s.stats, ss.enc, req.Echo
+	if !ss.authed {
+		if rp := ss.refuse(req); rp != nil {
+			return rp
+		}
+	}
 	if w := ss.s.cfg.Witness; w != nil && !witnessAnswers(req.Op) {
 		st.count(0, ResultError, 1)
 		return mcserver.Final(enc.AppendError(nil, e, mcproto.KindServer, w()))
@@ -97,9 +107,11 @@ func (ss *session) Handle(req *mcproto.Request) *mcserver.Reply {
 	case mcproto.OpNoop:
 		return mcserver.Final(enc.AppendStatus(nil, e, mcproto.StatusNoop, 0))
 	case mcproto.OpSASLList, mcproto.OpSASLAuth, mcproto.OpSASLStep:
-		// Authentication is off (it comes with the security work): the
-		// SASL opcodes are unknown commands, as to a memcached started
-		// without -S.
+		if ss.s.cfg.Auth != nil {
+			return ss.sasl(req)
+		}
+		// Authentication is off: the SASL opcodes are unknown commands,
+		// as to a memcached started without -S.
 		st.count(0, ResultError, 1)
 		return mcserver.Final(enc.AppendError(nil, e, mcproto.KindError, ""))
 	case mcproto.OpStats:
@@ -256,6 +268,11 @@ func (ss *session) delete(req *mcproto.Request) *mcserver.Reply {
 // does, so that a client never reads a stale value it believes it replaced.
 func (ss *session) Rejected(req *mcproto.Request, perr *mcproto.Error) *mcserver.Reply {
 	st := ss.s.stats
+	if !ss.authed {
+		if rp := ss.refuseRejected(req, perr); rp != nil {
+			return rp
+		}
+	}
 	if perr.TooLarge {
 		if req.Echo.Proto != mcproto.Binary {
 			// memcached counts the text protocol's refusals only.
@@ -285,7 +302,7 @@ func kindResult(k mcproto.ErrorKind) Result {
 	switch k {
 	case mcproto.KindError:
 		return ResultError
-	case mcproto.KindClient, mcproto.KindNonNumeric:
+	case mcproto.KindClient, mcproto.KindNonNumeric, mcproto.KindAuth:
 		return ResultClientError
 	}
 	return ResultServerError

@@ -225,7 +225,8 @@ func (ss *session) statsGeneral(e mcproto.Echo) ([]byte, map[string]uint64) {
 	t("touch_misses", st.TouchMisses.Load())
 	t("store_too_large", st.StoreTooLarge.Load())
 	t("store_no_memory", st.StoreNoMemory.Load())
-	zero("auth_cmds", "auth_errors")
+	t("auth_cmds", st.AuthCmds.Load())
+	t("auth_errors", st.AuthErrors.Load())
 	t("bytes_read", st.BytesRead.Load())
 	t("bytes_written", st.BytesWritten.Load())
 	// No memory limit: kvd is bounded by its disk (disk_free_bytes below).

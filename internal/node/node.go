@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvd-project/kvd/internal/auth"
 	"github.com/kvd-project/kvd/internal/command"
 	"github.com/kvd-project/kvd/internal/config"
 	"github.com/kvd-project/kvd/internal/fsm"
@@ -229,7 +230,15 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	var watchCtx context.Context
 	watchCtx, n.stopWatch = context.WithCancel(context.Background())
 
+	var creds *auth.Store
+	if cfg.AuthFile != "" {
+		if creds, err = auth.Open(cfg.AuthFile, logger.With("component", "auth")); err != nil {
+			return nil, fmt.Errorf("open auth file: %w", err)
+		}
+		go creds.Run(watchCtx) // reloads on change; stopWatch ends it
+	}
 	n.memcache = memcache.New(memcache.Config{
+		Auth:           creds,
 		Name:           cfg.Name,
 		MemberName:     func(id kv.NodeID) string { m, _ := n.members.Member(id); return m.Name },
 		Witness:        n.witnessRefusal(witness, false),

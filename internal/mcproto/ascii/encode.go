@@ -259,7 +259,7 @@ func (*Codec) AppendError(dst []byte, e mcproto.Echo, kind mcproto.ErrorKind, ms
 	switch kind {
 	case mcproto.KindError:
 		return append(dst, ReplyError...)
-	case mcproto.KindClient:
+	case mcproto.KindClient, mcproto.KindAuth:
 		return AppendClientError(dst, msg)
 	case mcproto.KindOutOfMemory:
 		return AppendLine(dst, MsgOutOfMemoryStore)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvd-project/kvd/internal/mcproto"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -38,6 +40,23 @@ func TestAppendHelpers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, string(tt.got), tt.name)
+	}
+}
+
+// TestAuthErrors: an authentication error is CLIENT_ERROR and its words,
+// as memcached's -Y mode answers; the session clears noreply itself.
+func TestAuthErrors(t *testing.T) {
+	c := &Codec{}
+	for _, tt := range []struct {
+		msg, want string
+		noreply   bool
+	}{
+		{"unauthenticated", "CLIENT_ERROR unauthenticated\r\n", false},
+		{"authentication failure", "CLIENT_ERROR authentication failure\r\n", false},
+		{"unauthenticated", "", true},
+	} {
+		e := mcproto.Echo{Proto: mcproto.Text, Op: mcproto.OpSet, Noreply: tt.noreply}
+		assert.Equal(t, tt.want, string(c.AppendError(nil, e, mcproto.KindAuth, tt.msg)), "%q noreply=%v", tt.msg, tt.noreply)
 	}
 }
 

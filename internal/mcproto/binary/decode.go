@@ -199,8 +199,8 @@ func (c *Codec) Next(req *mcproto.Request) error {
 		if rest > int64(c.lim.MaxItemSize) {
 			c.skip = rest
 			if info.shape == shapeSASLData {
-				// What memcached without SASL, kvd's only mode, answers
-				// to any SASL request.
+				// What memcached without SASL answers to any SASL
+				// request; no mechanism kvd offers needs that much.
 				return c.fail(e, StatusUnknownCommand, MsgUnknownCommand, false, mcproto.KindError,
 					"SASL data of "+strconv.FormatInt(rest, 10)+" bytes")
 			}

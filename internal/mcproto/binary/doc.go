@@ -75,7 +75,9 @@
 //     once; memcached closes once 16 KiB have arrived.
 //   - A SASL request whose data exceeds MaxItemSize is answered "Unknown
 //     command" (what memcached without SASL answers to every SASL request)
-//     and its data skipped.
+//     and its data skipped. Whether SASL is on, and what it answers, is
+//     internal/memcache's (the codec only renders it: AppendSASL, and
+//     KindAuth's 0x0020 "Auth failure.").
 //   - Errors memcached never sends: KindBusy is 0x0085 and KindServer is
 //     0x0086 (see Codec.AppendError).
 package binary

@@ -175,6 +175,9 @@ func (c *Codec) AppendStatUint(dst []byte, e mcproto.Echo, name string, v uint64
 //   - KindNonNumeric: 0x0006, KindTooLarge: 0x0003, with memcached's words;
 //   - KindOutOfMemory: 0x0082 with memcached's words for a store ("Out of
 //     memory allocating item") or for incr and decr;
+//   - KindAuth: 0x0020 "Auth failure.", memcached's answer to a failed
+//     SASL authentication and to any request but SASL's and Version on a
+//     connection that has not authenticated;
 //   - KindBusy: 0x0085 Busy, and KindServer: 0x0086 Temporary failure, with
 //     msg as the value. memcached 1.6.18 sends neither; they are the
 //     protocol's statuses for a server that cannot serve now. KindServer's
@@ -200,11 +203,23 @@ func (*Codec) AppendError(dst []byte, e mcproto.Echo, kind mcproto.ErrorKind, ms
 			return appendErrorResponse(dst, e, StatusOutOfMemory, MsgOutOfMemoryIncr)
 		}
 		return appendErrorResponse(dst, e, StatusOutOfMemory, MsgOutOfMemoryStore)
+	case mcproto.KindAuth:
+		return appendErrorResponse(dst, e, StatusAuthError, MsgAuthFailure)
 	case mcproto.KindBusy:
 		return appendErrorResponse(dst, e, StatusBusy, orDefault(msg, MsgBusy))
 	}
 	return appendErrorResponse(dst, e, StatusTemporaryFailure, orDefault(msg, MsgTemporaryFailure))
 }
+
+// AppendSASL appends a success response to a SASL request, body as its
+// value: the mechanisms (SASL list) or memcached's "Authenticated" (SASL
+// auth). mcproto.SASLEncoder.
+func (*Codec) AppendSASL(dst []byte, e mcproto.Echo, body string) []byte {
+	dst = appendHeader(dst, e.Opcode, StatusSuccess, e.Opaque, 0, 0, 0, len(body))
+	return append(dst, body...)
+}
+
+var _ mcproto.SASLEncoder = (*Codec)(nil)
 
 func orDefault(msg, def string) string {
 	if msg == "" {

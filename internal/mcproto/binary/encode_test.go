@@ -98,6 +98,29 @@ var capturedResponses = []struct {
 		enc.AppendError(nil, echo(0x1b), mcproto.KindError, "")},
 }
 
+// TestAuthResponses: the SASL responses as memcached 1.6's proto_bin.c
+// builds them (write_bin_response with the body; write_bin_error with
+// PROTOCOL_BINARY_RESPONSE_AUTH_ERROR, whose words are "Auth failure."):
+// header fields from add_bin_header, no extras, no key, CAS 0.
+func TestAuthResponses(t *testing.T) {
+	for _, tt := range []struct {
+		name, hex string
+		got       []byte
+	}{
+		// magic opcode keylen extlen datatype status bodylen opaque cas, body
+		{"list mechanisms", "81" + "20" + "0000" + "00" + "00" + "0000" + "00000005" + "01020304" + "0000000000000000" + hex.EncodeToString([]byte("PLAIN")),
+			enc.AppendSASL(nil, echo(OpcodeSASLList), "PLAIN")},
+		{"authenticated", "81" + "21" + "0000" + "00" + "00" + "0000" + "0000000d" + "01020304" + "0000000000000000" + hex.EncodeToString([]byte("Authenticated")),
+			enc.AppendSASL(nil, echo(OpcodeSASLAuth), "Authenticated")},
+		{"auth failure", "81" + "21" + "0000" + "00" + "00" + "0020" + "0000000d" + "01020304" + "0000000000000000" + hex.EncodeToString([]byte("Auth failure.")),
+			enc.AppendError(nil, echo(OpcodeSASLAuth), mcproto.KindAuth, "")},
+		{"quiet get refused", "81" + "09" + "0000" + "00" + "00" + "0020" + "0000000d" + "01020304" + "0000000000000000" + hex.EncodeToString([]byte("Auth failure.")),
+			enc.AppendError(nil, echo(OpcodeGetQ), mcproto.KindAuth, "")},
+	} {
+		assert.Equal(t, tt.hex, hex.EncodeToString(tt.got), tt.name)
+	}
+}
+
 func TestResponsesMatchMemcached(t *testing.T) {
 	for _, tt := range capturedResponses {
 		assert.Equal(t, tt.hex, hex.EncodeToString(tt.got), tt.name)
@@ -152,7 +175,7 @@ func TestQuiet(t *testing.T) {
 	for _, s := range []mcproto.Status{mcproto.StatusNotStored, mcproto.StatusExists, mcproto.StatusNotFound} {
 		assert.NotEmpty(t, enc.AppendStatus(nil, echo(OpcodeSetQ), s, 0), "failure %d", s)
 	}
-	for k := mcproto.KindError; k <= mcproto.KindNonNumeric; k++ {
+	for k := mcproto.KindError; k <= mcproto.KindAuth; k++ {
 		assert.NotEmpty(t, enc.AppendError(nil, echo(OpcodeSetQ), k, "x"), "error kind %d", k)
 	}
 }
@@ -185,6 +208,10 @@ func TestResponsesGolden(t *testing.T) {
 	add("server", enc.AppendError(nil, echo(OpcodeSet), mcproto.KindServer, "timeout: outcome unknown, the write may have been applied"))
 	add("server without words", enc.AppendError(nil, echo(OpcodeSet), mcproto.KindServer, ""))
 	add("unexpected status", enc.AppendStatus(nil, echo(OpcodeSet), mcproto.Status(200), 0))
+	add("sasl list", enc.AppendSASL(nil, echo(OpcodeSASLList), "PLAIN"))
+	add("sasl auth", enc.AppendSASL(nil, echo(OpcodeSASLAuth), "Authenticated"))
+	add("sasl auth failure", enc.AppendError(nil, echo(OpcodeSASLAuth), mcproto.KindAuth, "ignored"))
+	add("getq unauthenticated", enc.AppendError(nil, echo(OpcodeGetQ), mcproto.KindAuth, ""))
 
 	path := filepath.Join("testdata", "responses.golden")
 	if *update {

@@ -65,6 +65,7 @@ const (
 	StatusInvalidArguments Status = 0x0004
 	StatusNotStored        Status = 0x0005
 	StatusNonNumeric       Status = 0x0006
+	StatusAuthError        Status = 0x0020
 	StatusUnknownCommand   Status = 0x0081
 	StatusOutOfMemory      Status = 0x0082
 	StatusInternalError    Status = 0x0084
@@ -83,6 +84,7 @@ const (
 	MsgNotStored        = "Not stored."
 	MsgNonNumeric       = "Non-numeric server-side value for incr or decr"
 	MsgUnknownCommand   = "Unknown command"
+	MsgAuthFailure      = "Auth failure."
 	MsgOutOfMemoryStore = "Out of memory allocating item"
 	MsgOutOfMemoryIncr  = "Out of memory incrementing value"
 	// kvd's own, for the kinds memcached never sends.
