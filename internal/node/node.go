@@ -21,7 +21,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvd-project/kvd/internal/auth"
 	"github.com/kvd-project/kvd/internal/command"
 	"github.com/kvd-project/kvd/internal/config"
 	"github.com/kvd-project/kvd/internal/fsm"
@@ -108,6 +107,10 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		return nil, err
 	}
 	peerTLS, err := loadPeerTLS(cfg, logger) // mutual TLS between members
+	if err != nil {
+		return nil, err
+	}
+	creds, httpAuth, err := openAuth(cfg, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -230,12 +233,9 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	var watchCtx context.Context
 	watchCtx, n.stopWatch = context.WithCancel(context.Background())
 
-	var creds *auth.Store
-	if cfg.AuthFile != "" {
-		if creds, err = auth.Open(cfg.AuthFile, logger.With("component", "auth")); err != nil {
-			return nil, fmt.Errorf("open auth file: %w", err)
-		}
+	if creds != nil {
 		go creds.Run(watchCtx) // reloads on change; stopWatch ends it
+		n.reloaders = append(n.reloaders, creds.Reload)
 	}
 	n.memcache = memcache.New(memcache.Config{
 		Auth:           creds,
@@ -279,12 +279,13 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		Snapshots: newBackupSource(n),
 		Client:    memberHTTP.Client,
 		Scheme:    memberHTTP.Scheme,
+		Auth:      httpAuth,
 	})
 	// The profiler stays outside the deadline: a trace streams for as long
 	// as it was asked to run.
 	handler = withWriteDeadline(handler, 2*cfg.RequestTimeout)
 	if cfg.EnablePprof {
-		handler = withPprof(handler)
+		handler = withPprof(handler, httpAuth)
 	}
 	n.http = &http.Server{
 		Handler: handler,
@@ -460,7 +461,7 @@ func (a fsmAdapter) InstallSnapshot(ref []byte, index uint64) error {
 // (--enable-pprof) because profiles reveal internals. Only that prefix is
 // routed to pprof: every other path reaches h untouched (a ServeMux in front
 // would clean and redirect keys such as "a//b").
-func withPprof(h http.Handler) http.Handler {
+func withPprof(h http.Handler, auth httpapi.Authenticator) http.Handler {
 	prof := http.NewServeMux()
 	prof.HandleFunc("/debug/pprof/", pprof.Index)
 	prof.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -469,7 +470,7 @@ func withPprof(h http.Handler) http.Handler {
 	prof.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/debug/pprof/") {
-			prof.ServeHTTP(w, r)
+			httpapi.RequireAuth(auth, prof).ServeHTTP(w, r)
 			return
 		}
 		h.ServeHTTP(w, r)

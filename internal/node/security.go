@@ -9,7 +9,9 @@ import (
 	"net"
 	"time"
 
+	"github.com/kvd-project/kvd/internal/auth"
 	"github.com/kvd-project/kvd/internal/config"
+	"github.com/kvd-project/kvd/internal/httpapi"
 	"github.com/kvd-project/kvd/internal/ratelog"
 	"github.com/kvd-project/kvd/internal/tlsconf"
 )
@@ -40,6 +42,20 @@ func clientTLS(cfg config.Config, logger *slog.Logger) (*tlsconf.Source, *tls.Co
 		mode = tlsconf.VerifyIfGiven
 	}
 	return src, src.Server(minVersion, mode), nil
+}
+
+// openAuth opens --auth-file: the store the memcache listener checks, and
+// the same store as the HTTP API's authenticator; both nil without the
+// flag (an interface holding a nil *auth.Store would not be nil).
+func openAuth(cfg config.Config, logger *slog.Logger) (*auth.Store, httpapi.Authenticator, error) {
+	if cfg.AuthFile == "" {
+		return nil, nil, nil
+	}
+	store, err := auth.Open(cfg.AuthFile, logger.With("component", "auth"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("open auth file: %w", err)
+	}
+	return store, store, nil
 }
 
 // listenTLS wraps ln in TLS when srv is set. Both client-facing listeners
