@@ -148,6 +148,7 @@ func bindFlags(fs *pflag.FlagSet, c *config.Config) *pflag.FlagSet {
 	fs.StringVar(&c.InitialCluster, "initial-cluster", c.InitialCluster, "founding members name=host:port,…, names as for --name (default: this member alone)")
 	fs.StringVar(&c.Join, "join", c.Join, "join a running cluster through a member's HTTP address (http://host:11280) instead of founding one")
 	fs.StringVar(&c.InitialWitnesses, "initial-witnesses", c.InitialWitnesses, "names in --initial-cluster that are witnesses: voters that hold no data (give every founding member the same list)")
+	fs.BoolVar(&c.ForceNewCluster, "force-new-cluster", c.ForceNewCluster, "recover from a lost quorum: make this existing member the only voter of its cluster, keeping its log (one-time; may lose writes only the lost members held; see docs/backup.md)")
 	fs.BoolVar(&c.Witness, "witness", c.Witness, "run as a witness: vote, hold no data, serve no data requests (a founding witness is named in --initial-witnesses; this is for one that joins)")
 	fs.StringVar(&c.AdvertisePeerAddr, "advertise-peer-addr", c.AdvertisePeerAddr, "peer address other members dial (default: this member's --initial-cluster entry, else --peer-addr; wildcard host → host name)")
 	fs.StringVar(&c.AdvertiseHTTPAddr, "advertise-http-addr", c.AdvertiseHTTPAddr, "HTTP address published to other members and the console (default: the bound --http-addr, wildcard host → host name)")

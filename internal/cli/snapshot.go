@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -24,7 +25,11 @@ type snapshotOptions struct {
 	json      bool
 	timeout   time.Duration
 	progress  time.Duration
-	restore   config.Config
+	// dir and keep: save into a directory under a time-stamped name
+	// (backup.DirName) and prune it to the newest keep (0: keep all).
+	dir     string
+	keep    int
+	restore config.Config
 	// sec are save's TLS and --user flags.
 	sec clientSecurity
 }
@@ -36,12 +41,21 @@ func newSnapshotCmd() *cobra.Command {
 		Short: "Back up a running cluster to a file, check a backup, restore one into a new cluster (docs/backup.md)",
 	}
 	save := &cobra.Command{
-		Use:     "save FILE",
-		Short:   "Save a consistent snapshot of the data from a member: every write acknowledged before it starts is in it",
-		Example: `  kvd snapshot save backup.kvdsnap --endpoints http://127.0.0.1:11280`,
-		Args:    cobra.ExactArgs(1),
-		RunE:    func(cmd *cobra.Command, args []string) error { return o.save(cmd, args[0]) },
+		Use:   "save FILE | --dir DIR [--keep N]",
+		Short: "Save a consistent snapshot of the data from a member: every write acknowledged before it starts is in it",
+		Example: `  kvd snapshot save backup.kvdsnap --endpoints http://127.0.0.1:11280
+  kvd snapshot save --dir /backup --keep 7 --endpoints http://kvd-0.kvd:11280   # kvd-<UTC time>.kvdsnap, newest 7 kept`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			file, err := o.saveTarget(args, time.Now())
+			if err != nil {
+				return err
+			}
+			return o.save(cmd, file)
+		},
 	}
+	save.Flags().StringVar(&o.dir, "dir", "", "save into this directory as kvd-<UTC time>.kvdsnap instead of FILE (for scheduled jobs)")
+	save.Flags().IntVar(&o.keep, "keep", 0, "with --dir: after a successful save, remove the oldest kvd-<time>.kvdsnap files beyond the newest N (0: keep all)")
 	save.Flags().StringVar(&o.endpoints, "endpoints", "http://127.0.0.1:11280", "HTTP address of the member to save from (the first of a comma-separated list)")
 	save.Flags().DurationVar(&o.timeout, "timeout", 0, "bound on the whole save (0: none)")
 	save.Flags().DurationVar(&o.progress, "progress-interval", 2*time.Second, "how often progress is printed to stderr")
@@ -74,6 +88,24 @@ func newSnapshotCmd() *cobra.Command {
 	return cmd
 }
 
+// saveTarget is the file a save writes: FILE, or with --dir a name for
+// now in DIR.
+func (o *snapshotOptions) saveTarget(args []string, now time.Time) (string, error) {
+	switch {
+	case o.keep < 0:
+		return "", fmt.Errorf("--keep %d: want 0 (keep all) or more", o.keep)
+	case o.dir != "" && len(args) > 0:
+		return "", errors.New("snapshot save: give FILE or --dir, not both")
+	case o.dir != "":
+		return filepath.Join(o.dir, backup.DirName(now)), nil
+	case len(args) == 0:
+		return "", errors.New("snapshot save: give FILE, or --dir DIR to name files by time")
+	case o.keep > 0:
+		return "", errors.New("--keep prunes a --dir: give --dir DIR instead of FILE")
+	}
+	return args[0], nil
+}
+
 func (o *snapshotOptions) save(cmd *cobra.Command, file string) error {
 	endpoint := strings.TrimSpace(strings.Split(o.endpoints, ",")[0])
 	if !strings.HasPrefix(endpoint, "http://") && !strings.HasPrefix(endpoint, "https://") {
@@ -102,6 +134,17 @@ func (o *snapshotOptions) save(cmd *cobra.Command, file string) error {
 	}
 	if err != nil {
 		return err
+	}
+	if o.dir != "" {
+		// Only after a save succeeded: a failing job must not eat the
+		// backups it failed to replace.
+		removed, err := backup.Prune(o.dir, o.keep)
+		for _, r := range removed {
+			fmt.Fprintf(errOut, "snapshot save: pruned %s\n", r)
+		}
+		if err != nil {
+			return fmt.Errorf("saved %s, but: %w", sum.File, err)
+		}
 	}
 	if o.json {
 		return json.NewEncoder(cmd.OutOrStdout()).Encode(sum)

@@ -58,6 +58,15 @@ type Config struct {
 	// InitialWitnesses and needs nothing more; a witness joining with Join
 	// says so here. Recorded in the data dir at the first start.
 	Witness bool `yaml:"witness"`
+	// ForceNewCluster recovers from a lost quorum (docs/backup.md,
+	// "Disaster recovery"): at this start, the existing data dir's member
+	// becomes the only voter of its cluster, keeping every entry of its
+	// log, and others can then join it. It may lose writes the lost
+	// majority committed that never reached this member, and keep writes
+	// whose outcome was reported unknown. A one-time action: a member that
+	// is already the only voter starts as usual with a warning. Refused
+	// on an empty data dir, with Join, and for a witness. Default false.
+	ForceNewCluster bool `yaml:"force-new-cluster"`
 	// AdvertisePeerAddr, AdvertiseHTTPAddr and AdvertiseMemcacheAddr are the
 	// addresses other members and clients use to reach this node, published
 	// in the member table; never a wildcard host. Default: the listen
@@ -493,6 +502,14 @@ func (c *Config) Validate() error {
 			add("%s %q: want a reachable host:port", flag, addr)
 		} else if wildcardHost(host) {
 			add("%s %q: want a reachable host:port, not the wildcard %s", flag, addr, host)
+		}
+	}
+	if c.ForceNewCluster {
+		if c.Join != "" {
+			add("force-new-cluster and join: give one (force-new-cluster recovers an existing member's data dir; join starts a new one)")
+		}
+		if c.IsWitness() {
+			add("force-new-cluster: a witness holds no data to found a cluster on; force a data member, then join a new witness to it")
 		}
 	}
 	if c.Join != "" {

@@ -233,3 +233,32 @@ func TestValidateWitnesses(t *testing.T) {
 		})
 	}
 }
+
+// --force-new-cluster recovers an existing data member: with --join, or on
+// a witness, it is refused, with every other problem.
+func TestValidateForceNewCluster(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		tweak   func(*Config)
+		wantErr string // "" valid
+	}{
+		{name: "a data member", tweak: func(*Config) {}},
+		{name: "with join", tweak: func(c *Config) { c.Join = "http://h:11280" }, wantErr: "force-new-cluster and join"},
+		{name: "a joining witness", tweak: func(c *Config) { c.Join, c.Witness = "http://h:11280", true }, wantErr: "a witness holds no data"},
+		{name: "a founding witness", tweak: func(c *Config) {
+			c.InitialCluster, c.InitialWitnesses = "a=h1:1,b=h2:1,"+c.Name+"=h3:1", c.Name
+		}, wantErr: "a witness holds no data"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			c.ForceNewCluster = true
+			tc.tweak(&c)
+			err := c.Validate()
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}

@@ -59,6 +59,10 @@ type File struct {
 	// Restored is set when the cluster was founded from a backup
 	// (restore.go): its ID is derived from the backup's as well.
 	Restored *Restored `json:"restored,omitempty"`
+	// Forced lists the starts with --force-new-cluster that made this
+	// member the only voter (forcenew.go), oldest first. Unlike the rest
+	// of the file it is appended to after the first start.
+	Forced []ForcedRecord `json:"forced_new_cluster,omitempty"`
 }
 
 // checkSelf reports why this data dir cannot be started as member name:

@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -119,6 +120,13 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	if err != nil {
 		return nil, err
 	}
+	if cfg.ForceNewCluster {
+		// Before raftlog.Open creates the log: a refused start leaves the
+		// dir as it found it.
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, "raft")); errors.Is(err, os.ErrNotExist) {
+			return nil, errForceEmpty
+		}
+	}
 
 	// The durable log (segment files) and the state it produces (Pebble).
 	logSync := metrics.NewSyncObserver() // fsync latency, observed from the first write on
@@ -131,6 +139,9 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	n.log, err = raftlog.Open(filepath.Join(cfg.DataDir, "raft"), logger, lopts)
 	if err != nil {
 		return nil, fmt.Errorf("open raft log: %w", err)
+	}
+	if cfg.ForceNewCluster && n.log.IsEmpty() {
+		return nil, errForceEmpty
 	}
 	limit := fileLimit()
 	storeFiles, short := storeFileBudget(limit, cfg.MaxConnections)
@@ -177,6 +188,12 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	}
 	if ms.Witness != witness {
 		return nil, roleMismatch(cfg.DataDir, ms.Witness)
+	}
+	if cfg.ForceNewCluster {
+		// Before the replica reads the log: it starts from the forced one.
+		if err := forceNewCluster(cfg, n.log, ms, n.state, logger); err != nil {
+			return nil, err
+		}
 	}
 	for _, v := range ms.BootstrapVoters() {
 		rcfg.Peers = append(rcfg.Peers, replica.NodeID(v))

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -454,6 +455,14 @@ func (p *Proc) Restart() *Proc {
 func (p *Proc) Relaunch() *Proc {
 	p.t.Helper()
 	return Launch(p.t, p.DataDir, p.Name, p.extra...)
+}
+
+// RelaunchWith is Relaunch with more flags after p's: a start with a
+// one-time flag (--force-new-cluster, say), which p.Restart later leaves
+// out again.
+func (p *Proc) RelaunchWith(more ...string) *Proc {
+	p.t.Helper()
+	return Launch(p.t, p.DataDir, p.Name, append(slices.Clone(p.extra), more...)...)
 }
 
 // RunAgain runs `kvd serve` once more on p's data dir with p's flags, for a
