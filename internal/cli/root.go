@@ -30,6 +30,7 @@ Point any memcache client at it.`,
 	root.AddCommand(newClusterCmd())
 	root.AddCommand(newHealthcheckCmd())
 	root.AddCommand(newSnapshotCmd())
+	root.AddCommand(newMigrateCmds()...)
 	return root
 }
 
