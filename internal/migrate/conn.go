@@ -106,12 +106,20 @@ func (m *metaConn) writeGet(key []byte, withTTL bool) {
 	}
 }
 
-// writeSet queues `ms <key> <len> [b] F<flags> T<exptime>` and the value.
-// exptime is memcached's: 0 never, up to 30 days relative, else absolute.
+// writeSet queues a set of key: the classic `set`, which every kvd
+// applies whatever its cluster version, or `ms <base64 key> <len> b F T`
+// for a key the text protocol cannot carry. exptime is memcached's: 0
+// never, up to 30 days relative, else absolute. Success is STORED or HD.
 func (m *metaConn) writeSet(key []byte, value []byte, flags uint32, exptime int64) {
-	m.w.WriteString("ms")
-	b := m.writeKey(key)
-	fmt.Fprintf(m.w, " %d%s F%d T%d\r\n", len(value), b, flags, exptime)
+	if textKey(key) {
+		m.w.WriteString("set ")
+		m.w.Write(key)
+		fmt.Fprintf(m.w, " %d %d %d\r\n", flags, exptime, len(value))
+	} else {
+		m.w.WriteString("ms")
+		b := m.writeKey(key)
+		fmt.Fprintf(m.w, " %d%s F%d T%d\r\n", len(value), b, flags, exptime)
+	}
 	m.w.Write(value)
 	m.w.WriteString("\r\n")
 }
@@ -126,7 +134,7 @@ func (m *metaConn) flush() error {
 
 // reply is one meta answer.
 type reply struct {
-	// code is "VA", "HD", "EN", "NS", "EX", "NF"; empty for an error
+	// code is "VA", "HD", "EN", "NS", "EX", "NF" or "STORED"; empty for an error
 	// answer, whose text is in errText.
 	code    string
 	errText string

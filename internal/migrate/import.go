@@ -255,8 +255,8 @@ func (f *firstError) set(err error) {
 }
 
 // copyAll runs the listing and the workers; it returns what was copied.
-func (im *importer) copyAll(ctx context.Context) ([]copiedItem, error) {
-	ctx, cancel := context.WithCancel(ctx)
+func (im *importer) copyAll(parent context.Context) ([]copiedItem, error) {
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	fe := &firstError{cancel: cancel}
 	batches := make(chan []Entry, im.opts.Workers)
@@ -296,7 +296,7 @@ func (im *importer) copyAll(ctx context.Context) ([]copiedItem, error) {
 		go func() {
 			defer wg.Done()
 			var err error
-			results[w], err = im.copyWorker(ctx, batches)
+			results[w], err = im.copyWorker(ctx, parent, batches)
 			if err != nil {
 				fe.set(err)
 			}
@@ -328,8 +328,11 @@ func (im *importer) dialKVD(ctx context.Context) (*metaConn, error) {
 	return dialMeta(ctx, im.opts.Dial, im.opts.To, "kvd "+im.opts.To, im.opts.Timeout)
 }
 
-// copyWorker copies batches until they run out or something fails.
-func (im *importer) copyWorker(ctx context.Context, batches <-chan []Entry) (copied []copiedItem, err error) {
+// copyWorker copies batches until they run out or something fails. A
+// batch written to kvd is seen through to its answers unless parent
+// ends, even when another worker's failure cancelled ctx: so the summary
+// counts exactly what kvd acknowledged.
+func (im *importer) copyWorker(ctx, parent context.Context, batches <-chan []Entry) (copied []copiedItem, err error) {
 	f, err := im.opts.Source.Open(ctx)
 	if err != nil {
 		return nil, err
@@ -340,7 +343,7 @@ func (im *importer) copyWorker(ctx context.Context, batches <-chan []Entry) (cop
 		return nil, err
 	}
 	defer kvd.Close()
-	stop := context.AfterFunc(ctx, func() { _ = kvd.c.SetDeadline(time.Now()) })
+	stop := context.AfterFunc(parent, func() { _ = kvd.c.SetDeadline(time.Now()) })
 	defer stop()
 	var toWrite []*Item
 	for batch := range batches {
@@ -384,7 +387,7 @@ func (im *importer) copyWorker(ctx context.Context, batches <-chan []Entry) (cop
 			if err != nil {
 				return nil, err
 			}
-			if rp.code != "HD" {
+			if rp.code != "STORED" && rp.code != "HD" {
 				im.fail(it.Key, "kvd answered "+rp.code+rp.errText)
 				continue
 			}
