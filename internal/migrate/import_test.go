@@ -38,9 +38,11 @@ func checkCopied(t *testing.T, kvdAddr string, items map[string]want) (absent in
 			continue
 		}
 		left := int64(w.expires.Sub(now) / time.Second)
-		// memcached's clock ticks in whole seconds and its expiry is
-		// counted from its own current second: two seconds of slack.
-		require.LessOrEqual(t, g.ttl, left+2, "%s: TTL %d in kvd, %d left in the source", k, g.ttl, left)
+		// The import copies what memcached's t says is left, and
+		// memcached's clock is a counter its timer bumps once a second,
+		// which lags on a loaded machine (as this test loads it): five
+		// seconds of slack above what the test's own clock says.
+		require.LessOrEqual(t, g.ttl, left+5, "%s: TTL %d in kvd, %d left in the source", k, g.ttl, left)
 		if w.ttl >= 60 {
 			require.GreaterOrEqual(t, g.ttl, left-30, "%s: TTL %d in kvd, %d left in the source", k, g.ttl, left)
 		}
