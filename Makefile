@@ -43,7 +43,8 @@ lint: ## gofmt, go vet, staticcheck
 # internal/testing/lint checks that the list and the tree agree).
 FUZZ_TARGETS = mcproto/ascii:FuzzReader mcproto/ascii:FuzzMeta mcproto/binary:FuzzDecode command:FuzzDecode transport:FuzzDecode transport:FuzzReadSnapshotStream \
 	httpapi:FuzzParseKey httpapi:FuzzParseETags raftlog:FuzzDecodeEntry snapfile:FuzzRead failpoint:FuzzParse fsm:FuzzDecodeItem \
-	config:FuzzParseSize bench:FuzzParseSizeDist bench:FuzzParseRatio bench:FuzzParseConcurrency
+	config:FuzzParseSize bench:FuzzParseSizeDist bench:FuzzParseRatio bench:FuzzParseConcurrency \
+	migrate:FuzzParseDumpLine migrate:FuzzExportReader
 
 fuzz: ## every fuzz target for FUZZTIME each (seed corpora in each package's testdata/fuzz)
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -61,30 +61,11 @@ type Summary struct {
 // the disk fills) the partial file is removed and the error says why.
 func Save(ctx context.Context, opts SaveOptions) (sum Summary, err error) {
 	start := time.Now()
-	client := opts.Client
-	if client == nil {
-		client = http.DefaultClient
-	}
-	url := strings.TrimRight(opts.Endpoint, "/") + "/v1/snapshot"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return sum, fmt.Errorf("snapshot save: %w", err)
-	}
-	resp, err := client.Do(req)
+	resp, err := get(ctx, opts.Client, opts.Endpoint)
 	if err != nil {
 		return sum, fmt.Errorf("snapshot save: %w", err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(b, &e) != nil || e.Error == "" {
-			e.Error = strings.TrimSpace(string(b))
-		}
-		return sum, fmt.Errorf("snapshot save: %s answered %s: %s", opts.Endpoint, resp.Status, e.Error)
-	}
 	part := opts.File + ".part"
 	f, err := os.OpenFile(part, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -144,6 +125,67 @@ func Save(ctx context.Context, opts SaveOptions) (sum Summary, err error) {
 	return Summary{File: opts.File, Member: h.Member, ClusterID: fmt.Sprintf("%x", h.ClusterID), Applied: h.Applied,
 		Items: tr.Items, ValueBytes: tr.ValueBytes, FileBytes: int64(cw.n), Seconds: d.Seconds(),
 		MBPerSecond: float64(cw.n) / 1e6 / max(d.Seconds(), 1e-9)}, nil
+}
+
+// get requests a member's snapshot stream; a refusal is an error naming
+// the member and its reason.
+func get(ctx context.Context, client *http.Client, endpoint string) (*http.Response, error) {
+	if client == nil {
+		client = http.DefaultClient
+	}
+	url := strings.TrimRight(endpoint, "/") + "/v1/snapshot"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(b))
+		}
+		return nil, fmt.Errorf("%s answered %s: %s", endpoint, resp.Status, e.Error)
+	}
+	return resp, nil
+}
+
+// Stream reads a member's snapshot stream (what Save writes to a file)
+// and calls each for every item, in key order, as it arrives; nothing is
+// held in memory or written. It returns the header and, once the stream
+// was whole and its checksum right, the trailer. A record's slices are
+// valid only during the call. A stream that ends short or damaged is an
+// error after each has seen the records before the damage: a caller
+// writing them somewhere must not present that as complete.
+func Stream(ctx context.Context, endpoint string, client *http.Client, each func(snapfile.Header, snapfile.Record) error) (snapfile.Header, snapfile.Trailer, error) {
+	resp, err := get(ctx, client, endpoint)
+	if err != nil {
+		return snapfile.Header{}, snapfile.Trailer{}, err
+	}
+	defer resp.Body.Close()
+	r, err := snapfile.NewReader(resp.Body)
+	if err != nil {
+		return snapfile.Header{}, snapfile.Trailer{}, fmt.Errorf("snapshot from %s: %w", endpoint, err)
+	}
+	h := r.Header()
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return h, r.Trailer(), nil
+		}
+		if err != nil {
+			return h, snapfile.Trailer{}, fmt.Errorf("snapshot from %s: %w", endpoint, err)
+		}
+		if err := each(h, rec); err != nil {
+			return h, snapfile.Trailer{}, err
+		}
+	}
 }
 
 // countingWriter writes to w and counts; it keeps its first error, which

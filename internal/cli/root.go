@@ -36,6 +36,7 @@ environment over kvd serve's --config file.`,
 	root.AddCommand(newHealthcheckCmd())
 	root.AddCommand(newSnapshotCmd())
 	root.AddCommand(newCertsCmd())
+	root.AddCommand(newMigrateCmds()...)
 	withEnv(root) // last: it wraps the hooks of the commands above
 	return root
 }
