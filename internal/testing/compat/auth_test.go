@@ -22,8 +22,7 @@ import (
 	"github.com/kvd-project/kvd/internal/testing/kvdproc"
 )
 
-// The credentials of the authentication tests: alice and bob, with their
-// passwords hashed at bcrypt's default cost, as `htpasswd -B` writes them.
+// The credentials of the authentication tests: alice and bob.
 const (
 	authUser     = "alice"
 	authPassword = "s3cret pass" // a space: the text exchange splits on the first one only
@@ -31,13 +30,16 @@ const (
 	authPass2    = "hunter2"
 )
 
-// startAuthKvd starts a kvd whose memcache port needs the test's users.
-func startAuthKvd(t *testing.T) *kvdproc.Proc {
+// startAuthKvd starts a kvd whose memcache port needs the test's users,
+// their passwords hashed at bcrypt cost, as `htpasswd -B -C cost` writes
+// them. Tests that do not measure bcrypt use its minimum cost: a
+// race-built kvd runs bcrypt many times slower.
+func startAuthKvd(t *testing.T, cost int) *kvdproc.Proc {
 	t.Helper()
 	var file strings.Builder
 	file.WriteString("# written by compat's auth tests\n")
 	for user, pw := range map[string]string{authUser: authPassword, authUser2: authPass2} {
-		h, err := bcrypt.GenerateFromPassword([]byte(pw), bcrypt.DefaultCost)
+		h, err := bcrypt.GenerateFromPassword([]byte(pw), cost)
 		require.NoError(t, err)
 		file.WriteString(user + ":$2y$" + string(h[4:]) + "\n") // htpasswd -B's prefix
 	}
@@ -50,7 +52,7 @@ func startAuthKvd(t *testing.T) *kvdproc.Proc {
 // PLAIN over the binary protocol, store and read back; a wrong password
 // gets them nowhere.
 func TestAuthBinaryClients(t *testing.T) {
-	p := startAuthKvd(t)
+	p := startAuthKvd(t, bcrypt.MinCost)
 	host, port, _ := strings.Cut(p.MemcacheAddr, ":")
 	for _, c := range []struct {
 		name, program, debianPkg string
@@ -60,7 +62,7 @@ func TestAuthBinaryClients(t *testing.T) {
 			return []string{"-e", `
 require "dalli"
 Dalli.logger.level = Logger::FATAL
-c = Dalli::Client.new(ARGV[0], username: ARGV[1], password: ARGV[2])
+c = Dalli::Client.new(ARGV[0], username: ARGV[1], password: ARGV[2], socket_timeout: 30)
 begin
   c.set("dalli_auth", "from dalli")
   puts "RESULT " + c.get("dalli_auth").to_s
@@ -115,7 +117,7 @@ else { echo "REFUSED ", $m->getResultCode(), "\n"; }
 // TestAuthPymemcache: pymemcache, a text-protocol client, authenticates
 // with memcached's "set" exchange on its own connection, then works.
 func TestAuthPymemcache(t *testing.T) {
-	p := startAuthKvd(t)
+	p := startAuthKvd(t, bcrypt.MinCost)
 	needPython(t, "pymemcache", "python3-pymemcache")
 	out, err := exec.Command(debianPython, "-c", `
 import sys
@@ -203,7 +205,7 @@ func (c *textConn) stats() map[string]string {
 // login (and quit), with memcached -Y's exact lines; once logged in, it
 // is served.
 func TestAuthTextRefusals(t *testing.T) {
-	p := startAuthKvd(t)
+	p := startAuthKvd(t, bcrypt.MinCost)
 	for _, tc := range []struct{ req, want string }{
 		{"get k\r\n", "CLIENT_ERROR unauthenticated"},
 		{"set k 0 0 1\r\nx\r\n", "CLIENT_ERROR bad authentication token format"},
@@ -236,7 +238,7 @@ func TestAuthTextRefusals(t *testing.T) {
 // before authentication (as memcached answers it); anything else is
 // refused with status 0x20 and the connection closed.
 func TestAuthBinaryRefusals(t *testing.T) {
-	p := startAuthKvd(t)
+	p := startAuthKvd(t, bcrypt.MinCost)
 	nc, err := net.DialTimeout("tcp", p.MemcacheAddr, 10*time.Second)
 	require.NoError(t, err)
 	defer nc.Close()
@@ -273,7 +275,7 @@ func TestAuthBinaryRefusals(t *testing.T) {
 // nor flood its log (failures are logged at most once a second), and a
 // good login still works during and after them.
 func TestAuthFailureFlood(t *testing.T) {
-	p := startAuthKvd(t)
+	p := startAuthKvd(t, bcrypt.MinCost)
 	start := time.Now()
 	var wg sync.WaitGroup
 	var refused atomic.Int64
@@ -307,7 +309,7 @@ func TestAuthFailureFlood(t *testing.T) {
 // store remembers a verified pair, and checks of the same pair wait for
 // the first rather than each running bcrypt.
 func TestAuthManyConnectionsAtOnce(t *testing.T) {
-	p := startAuthKvd(t)
+	p := startAuthKvd(t, bcrypt.DefaultCost)
 	// What one bcrypt costs this kvd: bob's first login.
 	t0 := time.Now()
 	require.Equal(t, "STORED", dialText(t, p.MemcacheAddr).line(login(authUser2, authPass2)))
