@@ -159,16 +159,12 @@ func (s *Store) Users() int {
 // of which at most runtime.NumCPU() run at once (Verify waits for a turn).
 func (s *Store) Verify(user, password string) bool {
 	key := s.key(user, password)
-	for {
-		s.mu.Lock()
-		if _, ok := s.verified[key]; ok {
-			s.mu.Unlock()
-			return true
-		}
-		wait, busy := s.inflight[key]
-		if !busy {
-			break // s.mu still held
-		}
+	s.mu.Lock()
+	if _, ok := s.verified[key]; ok {
+		s.mu.Unlock()
+		return true
+	}
+	if wait, busy := s.inflight[key]; busy {
 		s.mu.Unlock()
 		// The same pair is being checked: its success will be
 		// remembered. A failure is not, and this check then runs bcrypt

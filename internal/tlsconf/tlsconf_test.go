@@ -40,7 +40,7 @@ func source(t *testing.T, ca *testpki.CA, leaf testpki.Leaf) (*tlsconf.Source, t
 // handshake completes before the server has judged the client's
 // certificate, so the client also reads once: the server's verdict arrives
 // as an alert or as the byte the server writes on success.
-func handshake(t *testing.T, server, client *tls.Config) (serr, cerr error, sst, cst tls.ConnectionState) {
+func handshake(t *testing.T, server, client *tls.Config) (sst, cst tls.ConnectionState, serr, cerr error) {
 	t.Helper()
 	// Loopback TCP, not net.Pipe: its buffering lets a side that failed
 	// write its alert and go, where a pipe's writes wait for the reader.
@@ -75,7 +75,7 @@ func handshake(t *testing.T, server, client *tls.Config) (serr, cerr error, sst,
 	}
 	b.Close()
 	<-done
-	return serr, cerr, sst, cst
+	return sst, cst, serr, cerr
 }
 
 func TestServerClientAuthModes(t *testing.T) {
@@ -119,7 +119,7 @@ func TestServerClientAuthModes(t *testing.T) {
 					}
 					return tt.cert, nil
 				}}
-			serr, cerr, sst, _ := handshake(t, srv.Server(tls.VersionTLS12, tt.auth), client)
+			sst, _, serr, cerr := handshake(t, srv.Server(tls.VersionTLS12, tt.auth), client)
 			if tt.wantErr {
 				assert.Error(t, serr, "server")
 				assert.Error(t, cerr, "client")
@@ -198,7 +198,7 @@ func TestPeerBothSides(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			serr, cerr, sst, cst := handshake(t, newPeer(t, tt.server, tt.version).ServerConfig(),
+			sst, cst, serr, cerr := handshake(t, newPeer(t, tt.server, tt.version).ServerConfig(),
 				newPeer(t, tt.client, tt.version).ClientConfig())
 			if tt.wantErr {
 				assert.Error(t, serr, "server")
@@ -358,7 +358,7 @@ func TestReloadKeepsCurrentOnBadFiles(t *testing.T) {
 			assert.False(t, changed)
 			assert.Equal(t, []string{"m1"}, src.Leaf().DNSNames)
 			// Handshakes still use the material loaded before.
-			serr, cerr, _, cst := handshake(t, newPeer(t, src, tls.VersionTLS13).ServerConfig(),
+			_, cst, serr, cerr := handshake(t, newPeer(t, src, tls.VersionTLS13).ServerConfig(),
 				newPeer(t, cli, tls.VersionTLS13).ClientConfig())
 			require.NoError(t, serr)
 			require.NoError(t, cerr)
