@@ -747,19 +747,29 @@ func TestSystemdUnitAndConfig(t *testing.T) {
 // VAR is unset.
 var envDefault = regexp.MustCompile(`\$\{[A-Z0-9_]+:-([^}]*)\}`)
 
+type composeService struct {
+	Image           string            `yaml:"image"`
+	Hostname        string            `yaml:"hostname"`
+	Restart         string            `yaml:"restart"`
+	StopGracePeriod string            `yaml:"stop_grace_period"`
+	Entrypoint      []string          `yaml:"entrypoint"`
+	Command         []string          `yaml:"command"`
+	Environment     map[string]string `yaml:"environment"`
+	Volumes         []string          `yaml:"volumes"`
+	Ports           []string          `yaml:"ports"`
+	Networks        map[string]struct {
+		Aliases []string `yaml:"aliases"`
+	} `yaml:"networks"`
+	DependsOn map[string]struct {
+		Condition string `yaml:"condition"`
+	} `yaml:"depends_on"`
+	Healthcheck struct {
+		Test []string `yaml:"test"`
+	} `yaml:"healthcheck"`
+}
+
 type composeFile struct {
-	Services map[string]struct {
-		Image           string   `yaml:"image"`
-		Hostname        string   `yaml:"hostname"`
-		Restart         string   `yaml:"restart"`
-		StopGracePeriod string   `yaml:"stop_grace_period"`
-		Command         []string `yaml:"command"`
-		Volumes         []string `yaml:"volumes"`
-		Ports           []string `yaml:"ports"`
-		Networks        map[string]struct {
-			Aliases []string `yaml:"aliases"`
-		} `yaml:"networks"`
-	} `yaml:"services"`
+	Services map[string]composeService `yaml:"services"`
 	Networks map[string]struct {
 		Internal bool `yaml:"internal"`
 	} `yaml:"networks"`
@@ -768,11 +778,17 @@ type composeFile struct {
 
 func TestComposeFiles(t *testing.T) {
 	image := parseDockerfile(t)
-	for file, members := range map[string]struct{ data, witnesses []string }{
+	for file, members := range map[string]struct {
+		data, witnesses []string
+		// secure: TLS, mutual TLS and an auth file, made by init services
+		// (checkSecureCompose).
+		secure bool
+	}{
 		"docker-compose.yml":       {data: []string{"kvd1", "kvd2", "kvd3"}},
 		"docker-compose.2node.yml": {data: []string{"kvd1", "kvd2"}},
 		// Two data nodes and a witness, which clients never reach.
 		"docker-compose.witness.yml": {data: []string{"kvd1", "kvd2"}, witnesses: []string{"witness"}},
+		"docker-compose.secure.yml":  {data: []string{"kvd1", "kvd2", "kvd3"}, secure: true},
 	} {
 		t.Run(file, func(t *testing.T) {
 			raw := envDefault.ReplaceAll(readFile(t, filepath.Join("compose", file)), []byte("$1"))
@@ -781,8 +797,12 @@ func TestComposeFiles(t *testing.T) {
 				t.Fatalf("%s: %v", file, err)
 			}
 			names := append(slices.Clone(members.data), members.witnesses...)
-			if len(cf.Services) != len(names) {
-				t.Fatalf("%d services, want %d", len(cf.Services), len(names))
+			inits := 0
+			if members.secure {
+				inits = len(secureInits)
+			}
+			if len(cf.Services) != len(names)+inits {
+				t.Fatalf("%d services, want %d", len(cf.Services), len(names)+inits)
 			}
 			if !cf.Networks["peer"].Internal {
 				t.Errorf("network peer must be internal: raft traffic only")
@@ -844,14 +864,22 @@ func TestComposeFiles(t *testing.T) {
 				if _, ok := s.Networks["client"]; !ok {
 					t.Errorf("%s: not on the client network, where its ports are published", name)
 				}
-				if len(s.Volumes) != 1 {
-					t.Fatalf("%s: volumes %q, want one", name, s.Volumes)
+				// The data volume first; any other (the certificates) is
+				// shared and mounted read-only.
+				if len(s.Volumes) == 0 {
+					t.Fatalf("%s: no volumes, want its own at %s", name, image.flags["data-dir"])
 				}
 				vol, mount, _ := strings.Cut(s.Volumes[0], ":")
 				if _, declared := cf.Volumes[vol]; !declared || mount != image.flags["data-dir"] || volumes[vol] {
 					t.Errorf("%s: volume %q: want its own named volume at %s", name, s.Volumes[0], image.flags["data-dir"])
 				}
 				volumes[vol] = true
+				for _, v := range s.Volumes[1:] {
+					shared, _, _ := strings.Cut(v, ":")
+					if _, declared := cf.Volumes[shared]; !declared || !strings.HasSuffix(v, ":ro") {
+						t.Errorf("%s: volume %q: want a declared named volume, mounted read-only (:ro)", name, v)
+					}
+				}
 				published := map[int]bool{}
 				for _, p := range s.Ports {
 					parts := strings.Split(p, ":")
@@ -882,9 +910,130 @@ func TestComposeFiles(t *testing.T) {
 				if s.Restart == "" || s.Restart == "no" {
 					t.Errorf("%s: restart %q: want a restart policy", name, s.Restart)
 				}
+				if members.secure {
+					checkSecureMember(t, cf, name, all)
+				}
+			}
+			if members.secure {
+				checkSecureInits(t, cf, image, names)
 			}
 		})
 	}
+}
+
+// secureInits are docker-compose.secure.yml's init services: each writes
+// into the certificates volume before any member starts.
+var secureInits = []string{"certs", "htpasswd"}
+
+// secureInitCmd is the kvd certs subcommand each init service runs.
+var secureInitCmd = map[string]string{"certs": "cluster", "htpasswd": "htpasswd"}
+
+// certsMount is where a secure member finds the certificates volume, and
+// the volume's name: the one of its volumes that is not its data.
+func certsMount(t *testing.T, name string, s composeService) (vol, mount string) {
+	t.Helper()
+	if len(s.Volumes) != 2 {
+		t.Fatalf("%s: volumes %q: want its data and the certificates (read-only)", name, s.Volumes)
+	}
+	vol, rest, _ := strings.Cut(s.Volumes[1], ":")
+	mount, _, _ = strings.Cut(rest, ":")
+	return vol, mount
+}
+
+// checkSecureMember checks a member of a secure file: TLS, mutual TLS and
+// the auth file from its own files in the certificates volume, started
+// only once both init services have succeeded, and probed over https.
+func checkSecureMember(t *testing.T, cf composeFile, name string, flags map[string]string) {
+	t.Helper()
+	s := cf.Services[name]
+	_, mount := certsMount(t, name, s)
+	for flag, file := range map[string]string{
+		"cert-file": name + ".crt", "key-file": name + ".key",
+		"peer-cert-file": name + ".crt", "peer-key-file": name + ".key", "peer-trusted-ca-file": "ca.crt",
+		"auth-file": "kvd.htpasswd",
+	} {
+		if want := mount + "/" + file; flags[flag] != want {
+			t.Errorf("%s: --%s=%q, want %s", name, flag, flags[flag], want)
+		}
+	}
+	for _, init := range secureInits {
+		if c := s.DependsOn[init].Condition; c != "service_completed_successfully" {
+			t.Errorf("%s: depends_on %s: condition %q, want service_completed_successfully", name, init, c)
+		}
+	}
+	// The image's HEALTHCHECK speaks http; a TLS listener answers https.
+	test := s.Healthcheck.Test
+	if len(test) < 3 || test[0] != "CMD" || test[1] != "/kvd" || test[2] != "healthcheck" {
+		t.Fatalf("%s: healthcheck test %q: want [CMD /kvd healthcheck …]", name, test)
+	}
+	hc := commandArgs(t, name+" healthcheck", []string{"healthcheck"}, test[3:])
+	if want := fmt.Sprintf("https://127.0.0.1:%d/readyz", port(t, "http-addr", flags["http-addr"])); hc["url"] != want || hc["cacert"] != mount+"/ca.crt" {
+		t.Errorf("%s: healthcheck --url=%q --cacert=%q, want %s and %s/ca.crt", name, hc["url"], hc["cacert"], want, mount)
+	}
+}
+
+// checkSecureInits checks the init services of a secure file: kvd certs
+// cluster makes a certificate for every member, kvd certs htpasswd the
+// auth file the members read, each writing into the volume the members
+// mount, mounted at the image's data directory (a new named volume takes
+// that directory's owner, the image's user, so the user may write to it).
+func checkSecureInits(t *testing.T, cf composeFile, image dockerfile, members []string) {
+	t.Helper()
+	vol, _ := certsMount(t, members[0], cf.Services[members[0]])
+	for _, init := range secureInits {
+		s, ok := cf.Services[init]
+		if !ok {
+			t.Fatalf("init service %s missing", init)
+		}
+		if len(s.Volumes) != 1 || s.Volumes[0] != vol+":"+image.flags["data-dir"] {
+			t.Errorf("%s: volumes %q, want [%s:%s]", init, s.Volumes, vol, image.flags["data-dir"])
+		}
+		if s.Restart != "no" {
+			t.Errorf("%s: restart %q, want \"no\": it runs once per up", init, s.Restart)
+		}
+		if len(s.Entrypoint) < 3 || s.Entrypoint[0] != "/kvd" || s.Entrypoint[1] != "certs" || s.Entrypoint[2] != secureInitCmd[init] {
+			t.Fatalf("%s: entrypoint %q: want /kvd certs %s …", init, s.Entrypoint, secureInitCmd[init])
+		}
+	}
+	out := image.flags["data-dir"]
+	certs := commandArgs(t, "certs entrypoint", []string{"certs", "cluster"}, cf.Services["certs"].Entrypoint[3:])
+	if certs["out"] != out || certs["members"] != strings.Join(members, ",") {
+		t.Errorf("certs: --out=%q --members=%q, want %s and %s", certs["out"], certs["members"], out, strings.Join(members, ","))
+	}
+	hp := cf.Services["htpasswd"]
+	h := commandArgs(t, "htpasswd entrypoint", []string{"certs", "htpasswd"}, hp.Entrypoint[3:])
+	if h["file"] != out+"/kvd.htpasswd" || h["user"] == "" {
+		t.Errorf("htpasswd: --file=%q --user=%q, want %s/kvd.htpasswd and a user", h["file"], h["user"], out)
+	}
+	// The password comes from the environment, and the file has none of
+	// its own: compose refuses to start without it (${VAR:?message}).
+	if v := hp.Environment[h["password-env"]]; h["password-env"] == "" || !strings.HasPrefix(v, "${"+h["password-env"]+":?") {
+		t.Errorf("htpasswd: --password-env=%q, environment %q: want a variable compose requires (${VAR:?…})", h["password-env"], v)
+	}
+}
+
+// commandArgs parses args as the kvd command at path would (--flag=value
+// only, as serveArgs) and returns every flag's value.
+func commandArgs(t *testing.T, where string, path, args []string) map[string]string {
+	t.Helper()
+	cmd, _, err := cli.NewRoot(io.Discard, io.Discard).Find(path)
+	if err != nil || cmd.Name() != path[len(path)-1] {
+		t.Fatalf("kvd %s: %v", strings.Join(path, " "), err)
+	}
+	out := map[string]string{}
+	for _, a := range args {
+		name, value, ok := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !strings.HasPrefix(a, "--") || !ok {
+			t.Errorf("%s: argument %q: want --flag=value", where, a)
+			continue
+		}
+		if err := cmd.Flags().Set(name, value); err != nil {
+			t.Errorf("%s: --%s=%s: not a flag of kvd %s, or not its value: %v", where, name, value, strings.Join(path, " "), err)
+			continue
+		}
+		out[name] = value
+	}
+	return out
 }
 
 // --- kvd healthcheck ---
