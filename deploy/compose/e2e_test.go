@@ -6,10 +6,12 @@
 // off from its peers, the leader stopped (SIGTERM), every node restarted.
 // Two data nodes and a witness (docker-compose.witness.yml): the witness
 // refusing data requests, the leading data node killed under write load
-// and restarted, then the witness killed. Throughout, a memcache client per
-// data node writes unique keys through the published ports and records
-// every acknowledged write; at the end each of them must still be there
-// with its value.
+// and restarted, then the witness killed. Three nodes with TLS, mutual TLS
+// and a password (docker-compose.secure.yml, secure_e2e_test.go): clients
+// without them refused, the leader killed under authenticated writes.
+// Throughout, a memcache client per data node writes unique keys through
+// the published ports and records every acknowledged write; at the end each
+// of them must still be there with its value.
 //
 // It needs docker and docker-compose (or the compose plugin) and the image
 // named by KVD_IMAGE (default kvd:dev; `make e2e` builds it first, and the
@@ -74,6 +76,10 @@ type topology struct {
 	file    string
 	tag     string // told apart in the project name
 	members []member
+	// secure: the file serves TLS only and wants credentials
+	// (docker-compose.secure.yml); startCluster gives it a password and,
+	// once it is up, trusts the CA it made (secure_e2e_test.go).
+	secure bool
 }
 
 var (
@@ -140,6 +146,31 @@ type cluster struct {
 	http     []string
 	peerNet  string
 	httpc    *http.Client
+	// sec is set for a secure topology: the CA to trust and the
+	// credentials every client presents.
+	sec *security
+}
+
+// url is path on member i's HTTP listener, https on a secure cluster.
+func (c *cluster) url(i int, path string) string {
+	scheme := "http"
+	if c.sec != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + c.http[i] + path
+}
+
+// mcClient is a memcache client of member i; on a secure cluster each of
+// its connections is TLS and authenticated before the library uses it.
+func (c *cluster) mcClient(i int) *memcache.Client {
+	client := memcache.New(c.memcache[i])
+	// Longer than the server's request timeout, so a slow write comes back
+	// as the server's SERVER_ERROR, not a client-side timeout.
+	client.Timeout = requestTimeout + time.Second
+	if c.sec != nil {
+		client.DialContext = c.sec.dialAuthed
+	}
+	return client
 }
 
 // all is every member, witnesses included.
@@ -194,6 +225,10 @@ func startCluster(t *testing.T, topo topology) *cluster {
 		"KVD_REQUEST_TIMEOUT="+requestTimeout.String(),
 		"KVD_ELECTION_TIMEOUT="+electionTimeout.String(),
 	)
+	if topo.secure {
+		c.sec = newSecurity(t)
+		c.env = append(c.env, c.sec.env()...)
+	}
 	c.memcache, c.http = make([]string, len(topo.members)), make([]string, len(topo.members))
 	for i, m := range topo.members {
 		if !m.witness {
@@ -217,6 +252,9 @@ func startCluster(t *testing.T, topo topology) *cluster {
 	})
 	start := time.Now()
 	c.compose(t, "up", "-d")
+	if c.sec != nil {
+		c.sec.trustCA(t, c)
+	}
 	c.waitReady(t, c.all(), 90*time.Second)
 	t.Logf("project %s (%s): %d members ready %s after `up`; memcache %q, http %v",
 		project, topo.file, len(topo.members), time.Since(start).Round(time.Millisecond), c.memcache, c.http)
@@ -294,18 +332,25 @@ func docker(t *testing.T, args ...string) string {
 // container is the ID of node i's container in this project.
 func (c *cluster) container(t *testing.T, i int) string {
 	t.Helper()
+	return c.containerOf(t, c.service(i))
+}
+
+// containerOf is the ID of service's container in this project, also when
+// it has exited (an init service).
+func (c *cluster) containerOf(t *testing.T, service string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := c.run(ctx, "ps", "-q", c.service(i))
+	out, err := c.run(ctx, "ps", "-q", service)
 	id := strings.TrimSpace(string(out))
 	if err != nil || id == "" {
-		t.Fatalf("container of %s: %v %q", c.service(i), err, out)
+		t.Fatalf("container of %s: %v %q", service, err, out)
 	}
 	return id
 }
 
 func (c *cluster) ready(i int) bool {
-	resp, err := c.httpc.Get("http://" + c.http[i] + "/readyz")
+	resp, err := c.httpc.Get(c.url(i, "/readyz"))
 	if err != nil {
 		return false
 	}
@@ -348,7 +393,7 @@ type clusterStatus struct {
 
 func (c *cluster) status(i int) (clusterStatus, error) {
 	var st clusterStatus
-	resp, err := c.httpc.Get("http://" + c.http[i] + "/v1/cluster")
+	resp, err := c.httpc.Get(c.url(i, "/v1/cluster"))
 	if err != nil {
 		return st, fmt.Errorf("%s /v1/cluster: %w", c.service(i), err)
 	}
@@ -460,8 +505,7 @@ func (c *cluster) partitionFollower(t *testing.T, w *writers) {
 	missed := w.ackedBetween(cutAt, healAt)
 
 	docker(t, "network", "connect", "--alias", c.service(f)+"-peer", c.peerNet, id)
-	client := memcache.New(c.memcache[f])
-	client.Timeout = requestTimeout + time.Second
+	client := c.mcClient(f)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		bad := checkValues(client, missed)
@@ -538,7 +582,7 @@ func (c *cluster) witnessRefuses(t *testing.T) {
 		if !c.members[i].witness {
 			continue
 		}
-		resp, err := c.httpc.Get("http://" + c.http[i] + "/v1/kv/e2e-witness")
+		resp, err := c.httpc.Get(c.url(i, "/v1/kv/e2e-witness"))
 		if err != nil {
 			t.Fatalf("witness: %s /v1/kv: %v", c.service(i), err)
 		}
@@ -617,8 +661,7 @@ func (c *cluster) killDataLeader(t *testing.T, w *writers) {
 	// The survivor holds every acknowledged write, the witness none: it
 	// must read them all back with the other data node still down.
 	acked := w.ackedWrites()
-	client := memcache.New(c.memcache[survivor])
-	client.Timeout = requestTimeout + time.Second
+	client := c.mcClient(survivor)
 	if err := checkValues(client, acked); err != nil {
 		t.Fatalf("kill: %s alone with the data, %d acknowledged writes: %v", c.service(survivor), len(acked), err)
 	}
@@ -630,8 +673,7 @@ func (c *cluster) killDataLeader(t *testing.T, w *writers) {
 	missed := w.ackedBetween(killAt, restartAt)
 	docker(t, "start", id)
 	c.waitReady(t, c.all(), 60*time.Second)
-	client = memcache.New(c.memcache[leader])
-	client.Timeout = requestTimeout + time.Second
+	client = c.mcClient(leader)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		bad := checkValues(client, w.ackedBetween(time.Time{}, restartAt))
@@ -682,8 +724,7 @@ func (c *cluster) verifyAcked(t *testing.T, acked map[string]string) {
 	data := c.data()
 	clients := make([]*memcache.Client, len(data))
 	for n, i := range data {
-		clients[n] = memcache.New(c.memcache[i])
-		clients[n].Timeout = requestTimeout + time.Second
+		clients[n] = c.mcClient(i)
 	}
 	keys := make([]string, 0, len(acked))
 	for k := range acked {
@@ -790,10 +831,7 @@ func startWriters(t *testing.T, c *cluster) *writers {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &writers{cancel: cancel}
 	for _, i := range c.data() {
-		client := memcache.New(c.memcache[i])
-		// Longer than the server's request timeout, so a slow write comes
-		// back as the server's SERVER_ERROR, not a client-side timeout.
-		client.Timeout = requestTimeout + time.Second
+		client := c.mcClient(i)
 		w.wg.Add(1)
 		go w.loop(ctx, i, client)
 	}
