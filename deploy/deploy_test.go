@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
 
 	"github.com/kvd-project/kvd/internal/cli"
@@ -221,8 +222,9 @@ type k8sPDB struct {
 
 type k8sProbe struct {
 	HTTPGet *struct {
-		Path string `yaml:"path"`
-		Port string `yaml:"port"`
+		Path   string `yaml:"path"`
+		Port   string `yaml:"port"`
+		Scheme string `yaml:"scheme"`
 	} `yaml:"httpGet"`
 }
 
@@ -243,12 +245,24 @@ type k8sStatefulSet struct {
 			SecurityContext               struct {
 				RunAsUser int `yaml:"runAsUser"`
 			} `yaml:"securityContext"`
+			Volumes []struct {
+				Name   string `yaml:"name"`
+				Secret *struct {
+					SecretName string `yaml:"secretName"`
+				} `yaml:"secret"`
+			} `yaml:"volumes"`
 			Containers []struct {
 				Name    string   `yaml:"name"`
 				Command []string `yaml:"command"`
 				Args    []string `yaml:"args"`
-				Env     []struct {
+				EnvFrom []struct {
+					ConfigMapRef *struct {
+						Name string `yaml:"name"`
+					} `yaml:"configMapRef"`
+				} `yaml:"envFrom"`
+				Env []struct {
 					Name      string `yaml:"name"`
+					Value     string `yaml:"value"`
 					ValueFrom struct {
 						FieldRef struct {
 							FieldPath string `yaml:"fieldPath"`
@@ -265,6 +279,7 @@ type k8sStatefulSet struct {
 				VolumeMounts   []struct {
 					Name      string `yaml:"name"`
 					MountPath string `yaml:"mountPath"`
+					ReadOnly  bool   `yaml:"readOnly"`
 				} `yaml:"volumeMounts"`
 			} `yaml:"containers"`
 		} `yaml:"spec"`
@@ -288,20 +303,24 @@ func TestKubernetesManifests(t *testing.T) {
 	for _, m := range []struct {
 		file string
 		sets []k8sMember // in the order of the manifest, and of --initial-cluster
+		// secure: TLS, mutual TLS and an auth file, from Secrets
+		// (checkSecurePod).
+		secure bool
 	}{
-		{"kvd.yaml", []k8sMember{{"kvd", 3, false}}},
+		{"kvd.yaml", []k8sMember{{"kvd", 3, false}}, false},
 		// Two data members and a witness: the witness in a StatefulSet of
 		// its own, so that it has its own pod template and resources.
-		{"kvd-witness.yaml", []k8sMember{{"kvd", 2, false}, {"kvd-witness", 1, true}}},
+		{"kvd-witness.yaml", []k8sMember{{"kvd", 2, false}, {"kvd-witness", 1, true}}, false},
+		{"kvd-secure.yaml", []k8sMember{{"kvd", 3, false}}, true},
 	} {
-		t.Run(m.file, func(t *testing.T) { checkManifest(t, m.file, m.sets) })
+		t.Run(m.file, func(t *testing.T) { checkManifest(t, m.file, m.sets, m.secure) })
 	}
 }
 
 // checkManifest checks one manifest: its StatefulSets against want, each
 // one's pod template against kvd serve, and the Services and the
 // PodDisruptionBudget against the pods they must select.
-func checkManifest(t *testing.T, file string, want []k8sMember) {
+func checkManifest(t *testing.T, file string, want []k8sMember, secure bool) {
 	where := filepath.Join("kubernetes", file)
 	dec := yaml.NewDecoder(bytes.NewReader(readFile(t, where)))
 	services := map[string]k8sService{}
@@ -309,11 +328,16 @@ func checkManifest(t *testing.T, file string, want []k8sMember) {
 	var pdbs []k8sPDB
 	var sets []k8sStatefulSet
 	var setNames []string
+	configMaps := map[string]map[string]string{}
 	for {
-		var obj k8sObject
-		err := dec.Decode(&obj)
+		var raw yaml.Node
+		err := dec.Decode(&raw)
 		if errors.Is(err, io.EOF) {
 			break
+		}
+		var obj k8sObject
+		if err == nil {
+			err = raw.Decode(&obj)
 		}
 		if err != nil {
 			t.Fatalf("%s: %v", where, err)
@@ -344,6 +368,15 @@ func checkManifest(t *testing.T, file string, want []k8sMember) {
 			decodeSpec(&s)
 			sets = append(sets, s)
 			setNames = append(setNames, obj.Metadata.Name)
+		case "ConfigMap":
+			// Its data is beside spec, which a ConfigMap does not have.
+			var cm struct {
+				Data map[string]string `yaml:"data"`
+			}
+			if err := raw.Decode(&cm); err != nil {
+				t.Fatalf("ConfigMap %s: %v", obj.Metadata.Name, err)
+			}
+			configMaps[obj.Metadata.Name] = cm.Data
 		default:
 			t.Errorf("unexpected kind %s", obj.Kind)
 		}
@@ -386,7 +419,7 @@ func checkManifest(t *testing.T, file string, want []k8sMember) {
 	}
 
 	for i, w := range want {
-		checkStatefulSet(t, w, sets[i], services, strings.Join(cluster, ","), strings.Join(witnesses, ","))
+		checkStatefulSet(t, w, sets[i], services, configMaps, secure, strings.Join(cluster, ","), strings.Join(witnesses, ","))
 	}
 
 	// Disruptions count members, witnesses included: one at a time.
@@ -434,7 +467,7 @@ func checkManifest(t *testing.T, file string, want []k8sMember) {
 // against kvd serve's flags and the founding membership (cluster,
 // witnesses), its probes and ports against those arguments, its peer
 // Service, its volume and its shutdown bounds.
-func checkStatefulSet(t *testing.T, want k8sMember, sts k8sStatefulSet, services map[string]k8sService, cluster, witnesses string) {
+func checkStatefulSet(t *testing.T, want k8sMember, sts k8sStatefulSet, services map[string]k8sService, configMaps map[string]map[string]string, secure bool, cluster, witnesses string) {
 	stsName := want.set
 	podLabels := sts.Template.Metadata.Labels
 	matches := func(sel map[string]string) bool {
@@ -514,6 +547,10 @@ func checkStatefulSet(t *testing.T, want k8sMember, sts k8sStatefulSet, services
 		if g := pr.probe.HTTPGet; g.Path != pr.path || resolve(g.Port) != httpPort {
 			t.Errorf("%s: %s: GET %s on port %q (%d), want %s on --http-addr's port %d", stsName, pr.name, g.Path, g.Port, resolve(g.Port), pr.path, httpPort)
 		}
+		// A listener with --cert-file speaks TLS only.
+		if g, want := pr.probe.HTTPGet, map[bool]string{true: "HTTPS", false: ""}[secure]; g.Scheme != want {
+			t.Errorf("%s: %s: scheme %q, want %q", stsName, pr.name, g.Scheme, want)
+		}
 	}
 	ann := sts.Template.Metadata.Annotations
 	if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/path"] != "/metrics" || ann["prometheus.io/port"] != strconv.Itoa(httpPort) {
@@ -571,10 +608,18 @@ func checkStatefulSet(t *testing.T, want k8sMember, sts k8sStatefulSet, services
 		t.Errorf("%s: pod %s is a witness: %v, want %v", stsName, cfg.Name, cfg.IsWitness(), want.witness)
 	}
 
-	if len(sts.VolumeClaimTemplates) != 1 || len(c.VolumeMounts) != 1 ||
-		sts.VolumeClaimTemplates[0].Metadata.Name != c.VolumeMounts[0].Name ||
-		c.VolumeMounts[0].MountPath != flags["data-dir"] {
-		t.Errorf("%s: the PVC template must be mounted at --data-dir=%s", stsName, flags["data-dir"])
+	// The PVC template at --data-dir; a secure pod's Secrets besides it.
+	dataMounts := 0
+	for _, m := range c.VolumeMounts {
+		if len(sts.VolumeClaimTemplates) == 1 && m.Name == sts.VolumeClaimTemplates[0].Metadata.Name && m.MountPath == flags["data-dir"] {
+			dataMounts++
+		}
+	}
+	if wantMounts := map[bool]int{false: 1, true: 3}[secure]; len(sts.VolumeClaimTemplates) != 1 || dataMounts != 1 || len(c.VolumeMounts) != wantMounts {
+		t.Errorf("%s: the PVC template must be mounted at --data-dir=%s, and %d volume(s) in all (got %d)", stsName, flags["data-dir"], wantMounts, len(c.VolumeMounts))
+	}
+	if secure {
+		checkSecurePod(t, stsName, sts, configMaps, flags)
 	}
 	shutdown := shutdownTimeout(t, flags)
 	if grace := time.Duration(sts.Template.Spec.TerminationGracePeriodSeconds) * time.Second; grace <= stopBound(shutdown) {
@@ -583,6 +628,90 @@ func checkStatefulSet(t *testing.T, want k8sMember, sts k8sStatefulSet, services
 	d := parseDockerfile(t)
 	if uid, _, _ := strings.Cut(d.user, ":"); strconv.Itoa(sts.Template.Spec.SecurityContext.RunAsUser) != uid {
 		t.Errorf("%s: runAsUser %d, but the image's USER is %s (the owner of /data)", stsName, sts.Template.Spec.SecurityContext.RunAsUser, d.user)
+	}
+}
+
+// secureFlags are the settings of a member with TLS, mutual TLS and an auth
+// file, each a file: checkSecurePod wants each one set, to a file in a
+// read-only Secret volume.
+var secureFlags = []string{"cert-file", "key-file", "peer-cert-file", "peer-key-file", "peer-trusted-ca-file", "auth-file"}
+
+// kvdEnv is the environment variable kvd reads flag from (KVD_ + the name
+// in capitals, '_' for '-'; internal/cli/env.go).
+func kvdEnv(flag string) string { return "KVD_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_")) }
+
+// checkSecurePod checks a secured pod template: every KVD_* variable, from
+// env or a ConfigMap in envFrom, is a flag of kvd serve that accepts its
+// value (as the kubelet expands it), and the security settings name files
+// of the Secret volumes, mounted read-only; the per-member ones name the
+// pod's own certificate, the one naming the member its peers check.
+func checkSecurePod(t *testing.T, stsName string, sts k8sStatefulSet, configMaps map[string]map[string]string, args map[string]string) {
+	t.Helper()
+	c := sts.Template.Spec.Containers[0]
+	pod := stsName + "-0"
+	expand := strings.NewReplacer("$(POD_NAME)", pod, "$(POD_NAMESPACE)", "default").Replace
+	vars := map[string]string{}
+	for _, ef := range c.EnvFrom {
+		if ef.ConfigMapRef == nil {
+			continue
+		}
+		data, ok := configMaps[ef.ConfigMapRef.Name]
+		if !ok {
+			t.Errorf("%s: envFrom ConfigMap %s: not in the manifest", stsName, ef.ConfigMapRef.Name)
+		}
+		for k, v := range data {
+			vars[k] = v // no $(VAR) expansion in envFrom values
+		}
+	}
+	for _, e := range c.Env {
+		if strings.HasPrefix(e.Name, "KVD_") {
+			vars[e.Name] = expand(e.Value)
+		}
+	}
+	flagOf := map[string]string{}
+	serveCmd(t).Flags().VisitAll(func(f *pflag.Flag) { flagOf[kvdEnv(f.Name)] = f.Name })
+	fs := serveCmd(t).Flags()
+	settings := map[string]string{}
+	for k, v := range vars {
+		name, ok := flagOf[k]
+		if !ok {
+			t.Errorf("%s: environment %s: no flag of kvd serve reads it", stsName, k)
+			continue
+		}
+		if _, both := args[name]; both {
+			t.Errorf("%s: --%s both in args and as %s: say it once", stsName, name, k)
+		}
+		if err := fs.Set(name, v); err != nil {
+			t.Errorf("%s: %s=%s: --%s rejects it: %v", stsName, k, v, name, err)
+		}
+		settings[name] = v
+	}
+	secrets := map[string]string{} // volume name → Secret
+	for _, v := range sts.Template.Spec.Volumes {
+		if v.Secret != nil {
+			secrets[v.Name] = v.Secret.SecretName
+		}
+	}
+	for _, flag := range secureFlags {
+		file, ok := settings[flag]
+		if !ok {
+			t.Errorf("%s: %s (--%s) not set", stsName, kvdEnv(flag), flag)
+			continue
+		}
+		inSecret := false
+		for _, m := range c.VolumeMounts {
+			if _, secret := secrets[m.Name]; secret && m.ReadOnly && filepath.Dir(file) == m.MountPath {
+				inSecret = true
+			}
+		}
+		if !inSecret {
+			t.Errorf("%s: --%s=%s: want a file of a Secret volume mounted read-only", stsName, flag, file)
+		}
+	}
+	for flag, want := range map[string]string{"cert-file": pod + ".crt", "key-file": pod + ".key", "peer-cert-file": pod + ".crt", "peer-key-file": pod + ".key"} {
+		if filepath.Base(settings[flag]) != want {
+			t.Errorf("%s: --%s=%s in pod %s: want its own certificate, %s", stsName, flag, settings[flag], pod, want)
+		}
 	}
 }
 
