@@ -752,7 +752,9 @@ func loadConfig(t *testing.T, file string) *config.Config {
 
 func TestSystemdUnitAndConfig(t *testing.T) {
 	// Both examples run under the same unit: a data node's and a witness's.
-	configs := map[string]*config.Config{"kvd.yaml": loadConfig(t, "kvd.yaml"), "kvd-witness.yaml": loadConfig(t, "kvd-witness.yaml")}
+	// kvd-secure.yaml is kvd.yaml secured (TestSystemdSecure).
+	configs := map[string]*config.Config{"kvd.yaml": loadConfig(t, "kvd.yaml"), "kvd-witness.yaml": loadConfig(t, "kvd-witness.yaml"),
+		"kvd-secure.yaml": loadConfig(t, "kvd-secure.yaml")}
 	if configs["kvd.yaml"].IsWitness() || !configs["kvd-witness.yaml"].IsWitness() {
 		t.Errorf("kvd.yaml is a witness: %v, kvd-witness.yaml: %v; want false and true",
 			configs["kvd.yaml"].IsWitness(), configs["kvd-witness.yaml"].IsWitness())
@@ -798,19 +800,7 @@ func TestSystemdUnitAndConfig(t *testing.T) {
 		}
 	}
 
-	unit := map[string][]string{}
-	for _, line := range strings.Split(string(readFile(t, filepath.Join("systemd", "kvd.service"))), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, "[") {
-			continue
-		}
-		k, v, ok := strings.Cut(line, "=")
-		if !ok {
-			t.Errorf("kvd.service: %q is not key=value", line)
-			continue
-		}
-		unit[k] = append(unit[k], v)
-	}
+	unit := unitFile(t, "kvd.service")
 	one := func(k string) string {
 		if len(unit[k]) != 1 {
 			t.Errorf("kvd.service: want one %s=, got %q", k, unit[k])
@@ -1212,5 +1202,100 @@ func TestHealthcheckCommand(t *testing.T) {
 	}
 	if _, err := run("--url", "http://127.0.0.1:1/readyz", "--timeout", "1s"); err == nil || exitCode(err) != 1 {
 		t.Errorf("refused: %v; want exit 1", err)
+	}
+}
+
+// unitFile reads a systemd unit file or drop-in of deploy/systemd as its
+// key=value lines, sections aside.
+func unitFile(t *testing.T, file string) map[string][]string {
+	t.Helper()
+	unit := map[string][]string{}
+	for _, line := range strings.Split(string(readFile(t, filepath.Join("systemd", file))), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, "[") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			t.Errorf("%s: %q is not key=value", file, line)
+			continue
+		}
+		unit[k] = append(unit[k], v)
+	}
+	return unit
+}
+
+// TestSystemdSecure checks kvd-secure.yaml and its drop-in kvd-secure.conf:
+// every security setting is given, and the secrets (the private key, the
+// auth file) are systemd credentials: files in the credentials directory of
+// kvd.service that a LoadCredential= line of the drop-in loads, from a
+// source outside it. systemd-analyze, where installed, checks the unit with
+// the drop-in.
+func TestSystemdSecure(t *testing.T) {
+	cfg := loadConfig(t, "kvd-secure.yaml")
+	if cfg.IsWitness() {
+		t.Errorf("kvd-secure.yaml: a witness; want a data node like kvd.yaml")
+	}
+	settings := map[string]string{
+		"cert-file": cfg.CertFile, "key-file": cfg.KeyFile,
+		"peer-cert-file": cfg.PeerCertFile, "peer-key-file": cfg.PeerKeyFile, "peer-trusted-ca-file": cfg.PeerTrustedCAFile,
+		"auth-file": cfg.AuthFile,
+	}
+	for _, flag := range secureFlags {
+		if settings[flag] == "" {
+			t.Errorf("kvd-secure.yaml: %s not set", flag)
+		}
+	}
+	// $CREDENTIALS_DIRECTORY of the unit kvd.service.
+	const credDir = "/run/credentials/kvd.service"
+	creds := map[string]string{}
+	for _, v := range unitFile(t, "kvd-secure.conf")["LoadCredential"] {
+		name, src, ok := strings.Cut(v, ":")
+		if !ok || strings.HasPrefix(src, credDir) || !filepath.IsAbs(src) {
+			t.Errorf("kvd-secure.conf: LoadCredential=%s: want NAME:/absolute/source", v)
+		}
+		creds[name] = src
+	}
+	for _, flag := range []string{"key-file", "peer-key-file", "auth-file"} {
+		v := settings[flag]
+		if filepath.Dir(v) != credDir {
+			t.Errorf("kvd-secure.yaml: %s: %s: want a credential, in %s", flag, v, credDir)
+		} else if _, ok := creds[filepath.Base(v)]; !ok {
+			t.Errorf("kvd-secure.yaml: %s: %s: no LoadCredential=%s:… in kvd-secure.conf", flag, v, filepath.Base(v))
+		}
+	}
+	if cfg.KeyFile != cfg.PeerKeyFile || cfg.CertFile != cfg.PeerCertFile {
+		t.Errorf("kvd-secure.yaml: the member's pair serves clients and peers: key-file %s, peer-key-file %s, cert-file %s, peer-cert-file %s",
+			cfg.KeyFile, cfg.PeerKeyFile, cfg.CertFile, cfg.PeerCertFile)
+	}
+	if want := cfg.Name + ".crt"; filepath.Base(cfg.CertFile) != want {
+		t.Errorf("kvd-secure.yaml: cert-file %s, want the member's own, %s", cfg.CertFile, want)
+	}
+	if want := cfg.Name + ".key"; filepath.Base(creds[filepath.Base(cfg.KeyFile)]) != want {
+		t.Errorf("kvd-secure.conf: credential %s loads %s, want the member's own key, %s", filepath.Base(cfg.KeyFile), creds[filepath.Base(cfg.KeyFile)], want)
+	}
+
+	if _, err := exec.LookPath("systemd-analyze"); err != nil {
+		t.Log("systemd-analyze not installed: skipping systemd's own check")
+		return
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "kvd.service.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for src, dst := range map[string]string{"kvd.service": "kvd.service", "kvd-secure.conf": "kvd.service.d/secure.conf"} {
+		if err := os.WriteFile(filepath.Join(dir, dst), readFile(t, filepath.Join("systemd", src)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("systemd-analyze", "verify", "kvd.service")
+	cmd.Dir = dir
+	// The trailing ':' keeps systemd's own unit directories after dir.
+	cmd.Env = append(os.Environ(), "SYSTEMD_UNIT_PATH="+dir+":")
+	out, _ := cmd.CombinedOutput()
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if line != "" && !strings.Contains(line, "is not executable") {
+			t.Errorf("systemd-analyze verify kvd.service with kvd-secure.conf: %s", line)
+		}
 	}
 }
