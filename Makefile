@@ -41,7 +41,7 @@ lint: ## gofmt, go vet, staticcheck
 
 # Every fuzz target, as package:Target under internal/ (the lint test in
 # internal/testing/lint checks that the list and the tree agree).
-FUZZ_TARGETS = mcproto/ascii:FuzzReader mcproto/ascii:FuzzMeta mcproto/binary:FuzzDecode command:FuzzDecode transport:FuzzDecode transport:FuzzReadSnapshotStream \
+FUZZ_TARGETS = auth:FuzzParse mcproto/ascii:FuzzReader mcproto/ascii:FuzzMeta mcproto/binary:FuzzDecode command:FuzzDecode transport:FuzzDecode transport:FuzzReadSnapshotStream \
 	httpapi:FuzzParseKey httpapi:FuzzParseETags raftlog:FuzzDecodeEntry snapfile:FuzzRead failpoint:FuzzParse fsm:FuzzDecodeItem \
 	config:FuzzParseSize bench:FuzzParseSizeDist bench:FuzzParseRatio bench:FuzzParseConcurrency \
 	migrate:FuzzParseDumpLine migrate:FuzzExportReader

@@ -35,10 +35,28 @@ names (e.g. "max-item-size: 2m").
 Each flag can also come from the environment as KVD_ and its name in
 capitals, '-' as '_' (KVD_AUTH_FILE, KVD_PEER_CERT_FILE). Precedence: the
 command line, then the environment, then the --config file, then the
-defaults.`,
+defaults.
+
+Security: by default kvd listens on loopback and trusts whoever reaches
+it; bound elsewhere without TLS or --auth-file it logs an INSECURE warning.
+--cert-file/--key-file make the memcache and HTTP ports TLS-only
+(--trusted-ca-file and --client-cert-auth for client certificates);
+--peer-cert-file/--peer-key-file/--peer-trusted-ca-file turn on mutual TLS
+between members, each certificate naming its member (DNS SAN or CN);
+--auth-file (htpasswd, bcrypt) makes every memcache connection log in
+(binary SASL PLAIN, or memcached's text "set" exchange) and the HTTP API
+ask for Basic credentials. Certificates and the auth file are re-read on
+change and at SIGHUP. "kvd certs" makes the files; the README's Security
+section walks through a whole cluster.`,
 		Example: `  kvd serve
   kvd serve --data-dir /var/lib/kvd --memcache-addr 0.0.0.0:11211
-  kvd serve --config /etc/kvd/kvd.yaml`,
+  kvd serve --config /etc/kvd/kvd.yaml
+  # a secured member (files from: kvd certs cluster --out certs --members n1,n2,n3)
+  kvd serve --name n1 --memcache-addr 0.0.0.0:11211 --http-addr 0.0.0.0:11280 --peer-addr 0.0.0.0:11290 \
+    --initial-cluster n1=n1.example.net:11290,n2=n2.example.net:11290,n3=n3.example.net:11290 \
+    --cert-file certs/n1.crt --key-file certs/n1.key \
+    --peer-cert-file certs/n1.crt --peer-key-file certs/n1.key --peer-trusted-ca-file certs/ca.crt \
+    --auth-file certs/kvd.htpasswd`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfgFile != "" {

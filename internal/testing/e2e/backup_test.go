@@ -130,22 +130,12 @@ func TestSnapshotSaveRestoreIntoANewCluster(t *testing.T) {
 		p.Kill()
 	}
 
-	// The new cluster: other names, other ports.
-	var members []string
-	for i := 1; i <= 3; i++ {
-		members = append(members, fmt.Sprintf("r%d=%s", i, kvdproc.FreeAddr(t)))
-	}
-	ic := strings.Join(members, ",")
-	dirs := make([]string, 3)
-	for i := range dirs {
-		dirs[i] = filepath.Join(t.TempDir(), fmt.Sprintf("r%d", i+1))
-		out, err := kvdCLI(t, "snapshot", "restore", file, "--data-dir", dirs[i], "--name", fmt.Sprintf("r%d", i+1), "--initial-cluster", ic)
-		require.NoError(t, err, out)
-	}
-	restored := make([]*kvdproc.Proc, 3)
-	for i := range restored {
-		peer := strings.SplitN(members[i], "=", 2)[1]
-		restored[i] = kvdproc.Launch(t, dirs[i], fmt.Sprintf("r%d", i+1), "--peer-addr", peer, "--initial-cluster", ic)
+	// The new cluster: other names, other ports (chosen free, so another
+	// process may take one before kvd binds it: then again on new ones).
+	var restored []*kvdproc.Proc
+	for attempt := 1; restored == nil; attempt++ {
+		require.LessOrEqual(t, attempt, 3, "the restored cluster lost a port race three times")
+		restored = restoreCluster(t, file)
 	}
 	for _, p := range restored {
 		p.WaitReady()
@@ -227,4 +217,36 @@ func TestSnapshotRestoreRefuses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// restoreCluster restores file into three fresh members r1..r3 of a new
+// cluster and starts them; nil when one lost a race for its peer port.
+func restoreCluster(t *testing.T, file string) []*kvdproc.Proc {
+	t.Helper()
+	var members []string
+	for i := 1; i <= 3; i++ {
+		members = append(members, fmt.Sprintf("r%d=%s", i, kvdproc.FreeAddr(t)))
+	}
+	ic := strings.Join(members, ",")
+	dirs := make([]string, 3)
+	for i := range dirs {
+		dirs[i] = filepath.Join(t.TempDir(), fmt.Sprintf("r%d", i+1))
+		out, err := kvdCLI(t, "snapshot", "restore", file, "--data-dir", dirs[i], "--name", fmt.Sprintf("r%d", i+1), "--initial-cluster", ic)
+		require.NoError(t, err, out)
+	}
+	restored := make([]*kvdproc.Proc, 3)
+	for i := range restored {
+		peer := strings.SplitN(members[i], "=", 2)[1]
+		p, err := kvdproc.TryLaunch(t, dirs[i], fmt.Sprintf("r%d", i+1), "--peer-addr", peer, "--initial-cluster", ic)
+		if kvdproc.PortTaken(err) {
+			t.Logf("restored member r%d lost a port race; restoring again on new ports", i+1)
+			for _, q := range restored[:i] {
+				q.Kill()
+			}
+			return nil
+		}
+		require.NoError(t, err)
+		restored[i] = p
+	}
+	return restored
 }

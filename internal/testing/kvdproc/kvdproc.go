@@ -194,6 +194,18 @@ func Launch(t testing.TB, dataDir, name string, extra ...string) *Proc {
 	return p
 }
 
+// TryLaunch is Launch returning a start-up failure instead of failing the
+// test: a caller that chose the ports itself can retry on new ones when
+// PortTaken(err).
+func TryLaunch(t testing.TB, dataDir, name string, extra ...string) (*Proc, error) {
+	t.Helper()
+	return launch(t, dataDir, name, extra...)
+}
+
+// PortTaken reports a start-up that lost a race for a port chosen free
+// (FreeAddr) to another process that bound it in between.
+func PortTaken(err error) bool { return errors.Is(err, errPortTaken) }
+
 // errPortTaken is a start-up that lost a race for a port chosen by
 // freeAddr (another test process bound it in between).
 var errPortTaken = errors.New("address already in use")
