@@ -71,7 +71,7 @@ image: build ## container image $(IMAGE): FROM scratch + bin/kvd (deploy/Dockerf
 	cp $(BIN) $(IMAGE_CONTEXT)/kvd
 	timeout 10m docker build -t $(IMAGE) -f deploy/Dockerfile $(IMAGE_CONTEXT)
 
-e2e: image ## docker-compose cluster under faults: failover, partition, restart (needs docker, docker-compose)
+e2e: image ## docker-compose clusters under faults: failover, partition, restart; the secured cluster refusing clients without TLS or credentials (needs docker, docker-compose)
 	KVD_IMAGE=$(IMAGE) $(GO) test -count=1 -tags e2e -timeout 15m -v ./deploy/...
 
 # Faulted real-process runs checked for linearizability, lost writes and
