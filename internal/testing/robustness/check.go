@@ -7,10 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -123,8 +126,10 @@ func (c *Cluster) getBody(ctx context.Context, u string) (string, error) {
 	return string(b), nil
 }
 
-// Verdict is the outcome of the linearizability check.
+// Verdict is the outcome of the linearizability check, decided key by key.
 type Verdict struct {
+	// Result is Illegal if any key is, else Unknown if any key is
+	// undecided, else Ok: never Ok unless every key was decided.
 	Result porcupine.CheckResult
 	// IllegalKeys are keys whose history is not linearizable while traffic
 	// ran (a violation: stale read, a write seen then unseen, …).
@@ -133,42 +138,120 @@ type Verdict struct {
 	// whose state after healing is not explained by it: an acknowledged
 	// write is missing, or a write appeared from nowhere.
 	LostKeys []string
-	info     porcupine.LinearizationInfo
+	// Undecided are keys porcupine could not decide within the timeout
+	// (their whole history, or the recheck without the final reads).
+	Undecided []UndecidedKey
 }
 
-// checkLinearizable checks the whole history, key by key, and classifies
-// illegal keys by rechecking them without the final reads.
+// UndecidedKey is a key whose check timed out, and the size of what was
+// to be checked.
+type UndecidedKey struct {
+	Key string `json:"key"`
+	// Ops and Unknown count the key's operations and, of those, writes
+	// of unknown outcome (what makes a history expensive to check).
+	Ops     int `json:"ops"`
+	Unknown int `json:"unknown"`
+	// Stage is "history" (the key's whole history) or "traffic" (the
+	// recheck without the final reads of an illegal key).
+	Stage string `json:"stage"`
+}
+
+func (u UndecidedKey) String() string {
+	return fmt.Sprintf("%s (%s: %d ops, %d unknown)", u.Key, u.Stage, u.Ops, u.Unknown)
+}
+
+// checkLinearizable checks the history key by key, each key with its own
+// porcupine timeout (keys in parallel), and classifies illegal keys by
+// rechecking them without the final reads. A key porcupine cannot decide
+// in time is undecided, which Result reports as Unknown.
 func checkLinearizable(ops []*Op, finalClient int, timeout time.Duration) Verdict {
-	m := Model.ToModel()
-	res, info := porcupine.CheckOperationsVerbose(m, porcupineOps(ops), timeout)
-	v := Verdict{Result: res, info: info}
-	if res != porcupine.Illegal {
-		return v
-	}
 	byKey := map[string][]*Op{}
 	for _, o := range ops {
 		byKey[o.Key] = append(byKey[o.Key], o)
 	}
-	keys := make([]string, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
+	keys := slices.Sorted(maps.Keys(byKey))
+	type keyVerdict struct {
+		illegal, lost bool
+		undecided     *UndecidedKey
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if porcupine.CheckOperationsTimeout(m, porcupineOps(byKey[k]), timeout) != porcupine.Illegal {
-			continue
+	verdicts := make([]keyVerdict, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			verdicts[i] = func() keyVerdict {
+				res := checkKey(byKey[k], timeout)
+				if res == porcupine.Unknown {
+					return keyVerdict{undecided: undecided(k, "history", byKey[k])}
+				}
+				if res == porcupine.Ok {
+					return keyVerdict{}
+				}
+				var traffic []*Op
+				for _, o := range byKey[k] {
+					if o.Client != finalClient {
+						traffic = append(traffic, o)
+					}
+				}
+				switch checkKey(traffic, timeout) {
+				case porcupine.Illegal:
+					return keyVerdict{illegal: true}
+				case porcupine.Unknown:
+					return keyVerdict{undecided: undecided(k, "traffic", traffic)}
+				}
+				return keyVerdict{lost: true}
+			}()
+		}()
+	}
+	wg.Wait()
+	v := Verdict{Result: porcupine.Ok}
+	for i, kv := range verdicts {
+		switch {
+		case kv.illegal:
+			v.IllegalKeys = append(v.IllegalKeys, keys[i])
+		case kv.lost:
+			v.LostKeys = append(v.LostKeys, keys[i])
+		case kv.undecided != nil:
+			v.Undecided = append(v.Undecided, *kv.undecided)
 		}
-		var traffic []*Op
-		for _, o := range byKey[k] {
-			if o.Client != finalClient {
-				traffic = append(traffic, o)
-			}
-		}
-		if porcupine.CheckOperationsTimeout(m, porcupineOps(traffic), timeout) == porcupine.Illegal {
-			v.IllegalKeys = append(v.IllegalKeys, k)
-		} else {
-			v.LostKeys = append(v.LostKeys, k)
-		}
+	}
+	switch {
+	case len(v.IllegalKeys)+len(v.LostKeys) > 0:
+		v.Result = porcupine.Illegal
+	case len(v.Undecided) > 0:
+		v.Result = porcupine.Unknown
 	}
 	return v
+}
+
+// checkKey checks one key's operations (one partition of Model).
+func checkKey(ops []*Op, timeout time.Duration) porcupine.CheckResult {
+	return porcupine.CheckOperationsTimeout(Model.ToModel(), porcupineOps(ops), timeout)
+}
+
+func undecided(key, stage string, ops []*Op) *UndecidedKey {
+	u := &UndecidedKey{Key: key, Stage: stage, Ops: len(ops)}
+	for _, o := range ops {
+		if o.Output.Unknown {
+			u.Unknown++
+		}
+	}
+	return u
+}
+
+// decidedOps returns the operations of every key the verdict decided: what
+// porcupine's visualisation can be drawn from without timing out again.
+func decidedOps(ops []*Op, v Verdict) []*Op {
+	skip := map[string]bool{}
+	for _, u := range v.Undecided {
+		skip[u.Key] = true
+	}
+	var out []*Op
+	for _, o := range ops {
+		if !skip[o.Key] {
+			out = append(out, o)
+		}
+	}
+	return out
 }

@@ -27,6 +27,11 @@
 // 32-byte hello that opens every peer connection, so it can cut, delay or
 // reset one ordered pair of nodes.
 //
+// A run passes only if the checker decided every key (porcupine timing
+// out on one makes the run "undecided") and the run showed it exercised
+// its fault: traffic before, during and after it, and the effect its kind
+// must have (vacuity.go); otherwise it is "vacuous". Both fail.
+//
 // Faults are entries of a registry (fault.go); adding one is adding an
 // entry. Only the robustness test (go test ./internal/testing/robustness, make
 // robustness) calls this package. On a failed run it writes the history,

@@ -15,6 +15,11 @@ type Env struct {
 	Cluster *Cluster
 	Rng     *rand.Rand
 	Logf    func(format string, args ...any)
+	// Target is the member the fault acts on, and Killed the members it
+	// SIGKILLs to restart at heal, where a fault says (killOne, killAll,
+	// pauseLeader, isolate): the vacuity check looks for their effect.
+	Target *Node
+	Killed []*Node
 }
 
 // Fault is one kind of failure. Inject starts it and returns the function
@@ -99,6 +104,7 @@ func killOne(leader bool) func(context.Context, *Env) (func(context.Context) err
 			return nil, err
 		}
 		e.Logf("SIGKILL %s", n.Name)
+		e.Target, e.Killed = n, []*Node{n}
 		n.Kill()
 		return func(context.Context) error {
 			e.Logf("restart %s", n.Name)
@@ -109,6 +115,7 @@ func killOne(leader bool) func(context.Context, *Env) (func(context.Context) err
 
 func killAll(_ context.Context, e *Env) (func(context.Context) error, error) {
 	nodes := e.Cluster.Nodes
+	e.Killed = nodes
 	var wg sync.WaitGroup
 	for _, n := range nodes {
 		wg.Add(1)
@@ -136,6 +143,7 @@ func pauseLeader(ctx context.Context, e *Env) (func(context.Context) error, erro
 		return nil, err
 	}
 	e.Logf("SIGSTOP %s", n.Name)
+	e.Target = n
 	if err := n.Pause(); err != nil {
 		return nil, fmt.Errorf("pause %s: %w", n.Name, err)
 	}
@@ -162,6 +170,7 @@ func isolate(leader bool) func(context.Context, *Env) (func(context.Context) err
 			return nil, err
 		}
 		e.Logf("isolate %s", n.Name)
+		e.Target = n
 		e.Cluster.Net.Isolate(n.ID, e.Cluster.IDs())
 		return heal(e, false), nil
 	}

@@ -37,6 +37,20 @@ type History struct {
 	// protocolErrs keeps the first few for the report.
 	protocol     int
 	protocolErrs []string
+	// attempts is every operation tried, kept or dropped, for the
+	// vacuity check (vacuity.go).
+	attempts []Attempt
+}
+
+// Attempt is one operation a client tried, whatever became of it: OK is a
+// definite reply (what the model checks); otherwise it failed, was not sent
+// or has an unknown outcome. Return is when the client stopped waiting.
+type Attempt struct {
+	Client int    `json:"client"`
+	Node   string `json:"node"`
+	Call   int64  `json:"call"`
+	Return int64  `json:"return"`
+	OK     bool   `json:"ok"`
 }
 
 func newHistory() *History { return &History{start: time.Now()} }
@@ -49,6 +63,7 @@ func (h *History) now() int64 { return int64(time.Since(h.start)) }
 func (h *History) record(op *Op, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.attempts = append(h.attempts, Attempt{Client: op.Client, Node: op.Node, Call: op.Call, Return: op.Return, OK: err == nil})
 	if errors.Is(err, errNotSent) {
 		h.notSent++
 		return
@@ -76,6 +91,27 @@ func (h *History) ProtocolErrors() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]string(nil), h.protocolErrs...)
+}
+
+// Attempts returns a copy of every attempted operation.
+func (h *History) Attempts() []Attempt {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Attempt(nil), h.attempts...)
+}
+
+// okSince counts definite replies to clients other than skip to operations
+// called at or after t.
+func (h *History) okSince(t int64, skip int) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, a := range h.attempts {
+		if a.OK && a.Call >= t && a.Client != skip {
+			n++
+		}
+	}
+	return n
 }
 
 // Ops returns a copy of the recorded operations.

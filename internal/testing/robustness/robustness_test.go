@@ -177,18 +177,23 @@ func makePlans(registry []Fault, names string, topo Topology, first uint64, runs
 
 // runSummary is one line of the summary file.
 type runSummary struct {
-	Seed        uint64   `json:"seed"`
-	Fault       string   `json:"fault"`
-	Topology    string   `json:"topology"`
-	Ops         int      `json:"ops"`
-	Unknown     int      `json:"unknown"`
-	FailedReads int      `json:"failed_reads"`
-	Porcupine   string   `json:"porcupine"`
-	Illegal     []string `json:"illegal_keys,omitempty"`
-	Lost        []string `json:"lost_keys,omitempty"`
-	Divergent   []string `json:"divergent,omitempty"`
-	Failures    []string `json:"failures,omitempty"`
-	Artifacts   string   `json:"artifacts,omitempty"`
+	Seed        uint64 `json:"seed"`
+	Fault       string `json:"fault"`
+	Topology    string `json:"topology"`
+	Ops         int    `json:"ops"`
+	Unknown     int    `json:"unknown"`
+	FailedReads int    `json:"failed_reads"`
+	Porcupine   string `json:"porcupine"`
+	// Outcome is pass, failed, undecided or vacuous (Result.Outcome).
+	Outcome   string         `json:"outcome"`
+	Phases    Phases         `json:"phases"`
+	Illegal   []string       `json:"illegal_keys,omitempty"`
+	Lost      []string       `json:"lost_keys,omitempty"`
+	Divergent []string       `json:"divergent,omitempty"`
+	Undecided []UndecidedKey `json:"undecided_keys,omitempty"`
+	Vacuous   []string       `json:"vacuous,omitempty"`
+	Failures  []string       `json:"failures,omitempty"`
+	Artifacts string         `json:"artifacts,omitempty"`
 }
 
 func TestRobustness(t *testing.T) {
@@ -219,13 +224,11 @@ func TestRobustness(t *testing.T) {
 			}
 			s := runSummary{Seed: p.seed, Fault: p.fault.Name, Topology: p.topo.String(), Ops: res.Stats.Ops,
 				Unknown: res.Stats.Unknown, FailedReads: res.Stats.FailedReads, Porcupine: string(res.Verdict.Result),
-				Illegal: res.Verdict.IllegalKeys, Lost: res.Verdict.LostKeys, Divergent: res.Divergent, Failures: res.Failures}
-			t.Logf("%d ops (%d reads, %d writes of which %d unknown; %d failed reads dropped), porcupine %s, applied %d, digests %v",
-				res.Stats.Ops, res.Stats.Reads, res.Stats.Writes, res.Stats.Unknown, res.Stats.FailedReads,
-				res.Verdict.Result, res.Applied, res.Digests)
-			if res.Verdict.Result == porcupine.Unknown {
-				t.Logf("porcupine did not finish within %s", cfg.CheckTimeout)
-			}
+				Outcome: res.Outcome(), Phases: res.Phases, Illegal: res.Verdict.IllegalKeys, Lost: res.Verdict.LostKeys,
+				Divergent: res.Divergent, Undecided: res.Verdict.Undecided, Vacuous: res.Vacuous, Failures: res.Failures}
+			t.Logf("%s: %d ops (%d reads, %d writes of which %d unknown; %d failed reads dropped; traffic %s), porcupine %s, applied %d, digests %v",
+				res.Outcome(), res.Stats.Ops, res.Stats.Reads, res.Stats.Writes, res.Stats.Unknown, res.Stats.FailedReads,
+				res.Phases, res.Verdict.Result, res.Applied, res.Digests)
 			if res.Failed() {
 				out := filepath.Join(root, fmt.Sprintf("%d-%s-%s", p.seed, p.fault.Name, p.topo))
 				repro := fmt.Sprintf("go test ./internal/testing/robustness -run TestRobustness -count=1 -v -args -runs=1 -seed=%d -faults=%s -topology=%s -duration=%s -clients=%d",
@@ -237,7 +240,7 @@ func TestRobustness(t *testing.T) {
 					t.Errorf("save artifacts: %v", err)
 				}
 				s.Artifacts = out
-				t.Errorf("run failed; artifacts in %s\nreproduce: %s\n  %s", out, repro, strings.Join(res.Failures, "\n  "))
+				t.Errorf("run %s; artifacts in %s\nreproduce: %s\n  %s", res.Outcome(), out, repro, strings.Join(res.Failures, "\n  "))
 			}
 			sums = append(sums, s)
 		})
@@ -268,11 +271,12 @@ func logTable(t *testing.T, sums []runSummary, took time.Duration) {
 
 // resultTable is logTable's table: a row per fault (in the order of first
 // appearance) with the topologies its runs had, a row per topology, and
-// the total.
+// the total. Undecided and vacuous count runs with any undecided key or
+// any vacuity finding; failed counts every run that did not pass.
 func resultTable(sums []runSummary) string {
 	type row struct {
-		runs, ops, unknown, illegal, lost, divergent, failed, timeouts int
-		topos                                                          map[string]int
+		runs, ops, unknown, illegal, lost, divergent, undecided, vacuous, failed int
+		topos                                                                    map[string]int
 	}
 	rows := map[string]*row{}
 	var names, topoNames []string
@@ -295,25 +299,28 @@ func resultTable(sums []runSummary) string {
 			x.illegal += len(s.Illegal)
 			x.lost += len(s.Lost)
 			x.divergent += len(s.Divergent)
-			if len(s.Failures) > 0 {
-				x.failed++
+			if len(s.Undecided) > 0 || s.Porcupine == string(porcupine.Unknown) {
+				x.undecided++
 			}
-			if s.Porcupine == string(porcupine.Unknown) {
-				x.timeouts++
+			if len(s.Vacuous) > 0 {
+				x.vacuous++
+			}
+			if len(s.Failures) > 0 || s.Outcome != OutcomePass {
+				x.failed++
 			}
 		}
 	}
 	rows["total"] = total
 	slices.Sort(topoNames)
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\n| fault | runs | topologies | ops checked | unknown writes | violating keys | lost-write keys | divergent replicas | failed runs | checker timeouts |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "\n| fault | runs | topologies | ops checked | unknown writes | violating keys | lost-write keys | divergent replicas | undecided runs | vacuous runs | failed runs |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, n := range slices.Concat(names, topoNames, []string{"total"}) {
 		r := rows[n]
 		var topos []string
 		for _, k := range slices.Sorted(maps.Keys(r.topos)) {
 			topos = append(topos, fmt.Sprintf("%s×%d", k, r.topos[k]))
 		}
-		fmt.Fprintf(&sb, "| %s | %d | %s | %d | %d | %d | %d | %d | %d | %d |\n", n, r.runs, strings.Join(topos, " "), r.ops, r.unknown, r.illegal, r.lost, r.divergent, r.failed, r.timeouts)
+		fmt.Fprintf(&sb, "| %s | %d | %s | %d | %d | %d | %d | %d | %d | %d | %d |\n", n, r.runs, strings.Join(topos, " "), r.ops, r.unknown, r.illegal, r.lost, r.divergent, r.undecided, r.vacuous, r.failed)
 	}
 	return sb.String()
 }

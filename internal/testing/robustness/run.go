@@ -32,7 +32,9 @@ type Config struct {
 	// Topology is the cluster's shape: 1 or 3 data members, or 2 and a
 	// witness.
 	Topology Topology
-	// Duration is how long clients send traffic.
+	// Duration is how long clients send traffic at least; they go on
+	// until they have had definite replies for a quarter of Duration
+	// after the heal (at most 30s more).
 	Duration time.Duration
 	// Clients is the number of sequential clients; the first ones are
 	// pinned to one data member each, the rest pick a data member per
@@ -42,7 +44,8 @@ type Config struct {
 	// ExtraArgs go to every `kvd serve`, e.g. a weaker --read-consistency
 	// to see the harness catch stale reads.
 	ExtraArgs []string
-	// CheckTimeout bounds porcupine; Unknown after it is reported, not failed.
+	// CheckTimeout bounds porcupine on each key; a key not decided by
+	// then fails the run as undecided.
 	CheckTimeout time.Duration
 	Logf         func(format string, args ...any)
 }
@@ -53,7 +56,8 @@ func (cfg Config) kvdArgs() []string {
 	return slices.Concat(cfg.Fault.Args, cfg.ExtraArgs)
 }
 
-// Result is what a run found. Failures is empty when every check passed.
+// Result is what a run found. Failures is empty when every check passed;
+// it includes the reasons in Undecided and Vacuous.
 type Result struct {
 	Fault     string
 	Topology  Topology
@@ -64,12 +68,66 @@ type Result struct {
 	Digests   map[string]string
 	Divergent []string // data members whose digest differs from the first one's
 	Failures  []string
-	History   []*Op
-	Replicas  []Replica
+	// Undecided: the checker could not decide the run (porcupine timed
+	// out on a key). Vacuous: the run did not show that it exercised its
+	// fault (vacuity.go). Both fail the run.
+	Undecided []string
+	Vacuous   []string
+	// Window is the fault's span, Phases the traffic around it.
+	Window   Window
+	Phases   Phases
+	History  []*Op
+	Replicas []Replica
 }
 
 // Failed reports whether any check failed.
 func (r *Result) Failed() bool { return len(r.Failures) > 0 }
+
+// Run outcomes: only a pass passes.
+const (
+	OutcomePass      = "pass"
+	OutcomeFailed    = "failed"    // a property or the harness failed
+	OutcomeUndecided = "undecided" // nothing else failed, but the checker did not decide
+	OutcomeVacuous   = "vacuous"   // decided and clean, but the fault was not shown to happen
+)
+
+// Outcome is the run's verdict: failed if any check other than the
+// checker's decision and the vacuity check failed, else undecided, else
+// vacuous, else pass.
+func (r *Result) Outcome() string {
+	switch {
+	case len(r.Failures) > len(r.Undecided)+len(r.Vacuous):
+		return OutcomeFailed
+	case len(r.Undecided) > 0:
+		return OutcomeUndecided
+	case len(r.Vacuous) > 0:
+		return OutcomeVacuous
+	}
+	return OutcomePass
+}
+
+func (r *Result) undecided(format string, args ...any) {
+	r.Undecided = append(r.Undecided, fmt.Sprintf(format, args...))
+	r.fail("undecided: "+format, args...)
+}
+
+func (r *Result) vacuous(format string, args ...any) {
+	r.Vacuous = append(r.Vacuous, fmt.Sprintf(format, args...))
+	r.fail("vacuous run: "+format, args...)
+}
+
+// judgeChecker turns the checker's verdict into failures: a violation or a
+// lost write fails the run, an undecided key too, as undecided.
+func (r *Result) judgeChecker(v Verdict, timeout time.Duration) {
+	r.Verdict = v
+	if len(v.IllegalKeys)+len(v.LostKeys) > 0 {
+		r.fail("not linearizable: keys %v violated during traffic, keys %v lost acknowledged writes after healing",
+			v.IllegalKeys, v.LostKeys)
+	}
+	for _, u := range v.Undecided {
+		r.undecided("porcupine did not decide key %s within %s", u, timeout)
+	}
+}
 
 func (r *Result) fail(format string, args ...any) {
 	r.Failures = append(r.Failures, fmt.Sprintf(format, args...))
@@ -102,8 +160,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	h := newHistory()
 
-	// Traffic.
-	tctx, stop := context.WithTimeout(ctx, cfg.Duration)
+	// Traffic: until Duration has passed and the fault has healed, and
+	// then until the traffic clients have had definite replies after
+	// the heal for a quarter of Duration (at most 30s: a cluster that
+	// does not recover fails the final write anyway).
+	tctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
 	data := cl.DataNodes()
@@ -125,25 +186,64 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	env := &Env{Cluster: cl, Rng: rand.New(rand.NewPCG(rng.Uint64(), 1)), Logf: func(f string, a ...any) {
 		cfg.Logf("[%6.2fs] %s", time.Duration(h.now()).Seconds(), fmt.Sprintf(f, a...))
 	}}
+	exp, err := expect(cfg.Fault.Name, cfg.Topology)
+	if err != nil {
+		return nil, err
+	}
+	var obs observed
 	faultErr := func() error {
-		select {
-		case <-time.After(cfg.Duration / 4):
-		case <-ctx.Done():
+		// A quarter into Duration, once traffic has had a definite
+		// reply (or 10s more have passed: the vacuity check says so).
+		_ = poll(ctx, cfg.Duration/4+10*time.Second, "a definite reply before the fault", func() (bool, error) {
+			return time.Duration(h.now()) >= cfg.Duration/4 && h.okSince(0, cfg.Clients) > 0, nil
+		})
+		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if lead, term := cl.leaderTerm(ctx); lead != nil {
+			obs.leaderBefore, obs.termBefore = lead.Name, term
+		}
+		obs.startsBefore = startLines(cl.Nodes)
+		res.Window.Inject = h.now()
 		healFn, err := cfg.Fault.Inject(ctx, env)
 		if err != nil {
+			res.Window.Heal = h.now()
 			return fmt.Errorf("inject %s: %w", cfg.Fault.Name, err)
 		}
 		select {
 		case <-time.After(hold):
 		case <-ctx.Done():
 		}
-		if err := healFn(ctx); err != nil {
+		err = healFn(ctx)
+		res.Window.Heal = h.now()
+		if err != nil {
 			return fmt.Errorf("heal %s: %w", cfg.Fault.Name, err)
 		}
 		return nil
 	}()
+	obs.startsAfter = startLines(cl.Nodes)
+	if env.Target != nil {
+		obs.target, obs.targetWitness = env.Target.Name, env.Target.Witness
+	}
+	for _, n := range env.Killed {
+		obs.killed = append(obs.killed, n.Name)
+	}
+	if exp.hasEffect(effectElection) {
+		// The new leader shows up within a few election timeouts of the
+		// heal at the latest.
+		_ = poll(ctx, 10*time.Second, "a leader in a later term", func() (bool, error) {
+			if lead, term := cl.leaderTerm(ctx); lead != nil {
+				obs.leaderAfter, obs.termAfter = lead.Name, term
+			}
+			return obs.termAfter > obs.termBefore, nil
+		})
+	}
+	_ = poll(ctx, 30*time.Second, "definite replies after the heal", func() (bool, error) {
+		return time.Duration(h.now()) >= cfg.Duration &&
+			time.Duration(h.now()-res.Window.Heal) >= cfg.Duration/4 &&
+			h.okSince(res.Window.Heal+1, cfg.Clients) > 0, nil
+	})
+	stop()
 	wg.Wait()
 	if faultErr != nil {
 		res.fail("fault: %v", faultErr)
@@ -205,16 +305,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.fail("%d replies no memcached would send, first: %s", res.Stats.Protocol, strings.Join(h.ProtocolErrors(), "; "))
 	}
 	for _, p := range trafficVacuity(res.History, cfg.Clients) {
-		res.fail("vacuous run: %s (%+v)", p, res.Stats)
+		res.vacuous("%s (%+v)", p, res.Stats)
 	}
-	res.Verdict = checkLinearizable(res.History, cfg.Clients, cfg.CheckTimeout)
-	switch {
-	case res.Verdict.Result == porcupine.Illegal:
-		res.fail("not linearizable: keys %v violated during traffic, keys %v lost acknowledged writes after healing",
-			res.Verdict.IllegalKeys, res.Verdict.LostKeys)
-	case res.Verdict.Result == porcupine.Unknown:
-		cfg.Logf("porcupine timed out after %s: linearizability unknown", cfg.CheckTimeout)
+	attempts := h.Attempts()
+	res.Phases = phases(attempts, res.Window, cfg.Clients)
+	for _, p := range vacuity(exp, res.Phases, attempts, res.Window, cfg.Clients, obs) {
+		res.vacuous("%s: %s (operations: %s)", cfg.Fault.Name, p, res.Phases)
 	}
+	res.judgeChecker(checkLinearizable(res.History, cfg.Clients, cfg.CheckTimeout), cfg.CheckTimeout)
 	for _, n := range cl.Nodes {
 		if b, err := os.ReadFile(n.LogPath); err == nil && strings.Contains(string(b), "WARNING: DATA RACE") {
 			res.fail("%s hit a data race (see its log)", n.Name)
@@ -235,8 +333,11 @@ func SaveArtifacts(out string, cfg Config, res *Result, repro string) error {
 	var errs []error
 	errs = append(errs, writeJSON(filepath.Join(out, "history.json"), res.History))
 	errs = append(errs, writeJSON(filepath.Join(out, "replicas.json"), res.Replicas))
-	if res.Verdict.Result == porcupine.Illegal || res.Verdict.Result == porcupine.Ok {
-		if err := porcupine.VisualizePath(Model.ToModel(), res.Verdict.info, filepath.Join(out, "linearizability.html")); err != nil {
+	// The keys the checker decided, checked again for the drawing (an
+	// undecided key would only time out again).
+	decided, info := porcupine.CheckOperationsVerbose(Model.ToModel(), porcupineOps(decidedOps(res.History, res.Verdict)), cfg.CheckTimeout)
+	if decided != porcupine.Unknown {
+		if err := porcupine.VisualizePath(Model.ToModel(), info, filepath.Join(out, "linearizability.html")); err != nil {
 			errs = append(errs, fmt.Errorf("visualise: %w", err))
 		}
 	}
@@ -251,7 +352,9 @@ func SaveArtifacts(out string, cfg Config, res *Result, repro string) error {
 	}
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "fault: %s\ntopology: %s\nseed: %d\nduration: %s\nclients: %d\nkvd flags: %v\n", res.Fault, res.Topology, res.Seed, cfg.Duration, cfg.Clients, cfg.kvdArgs())
-	fmt.Fprintf(&sb, "ops: %+v\nporcupine: %s\napplied: %d\ndigests: %v\n\nfailures:\n", res.Stats, res.Verdict.Result, res.Applied, res.Digests)
+	fmt.Fprintf(&sb, "outcome: %s\nops: %+v\nphases: %s (fault window %.2fs–%.2fs)\nporcupine: %s\napplied: %d\ndigests: %v\n\nfailures:\n",
+		res.Outcome(), res.Stats, res.Phases, time.Duration(res.Window.Inject).Seconds(), time.Duration(res.Window.Heal).Seconds(),
+		res.Verdict.Result, res.Applied, res.Digests)
 	for _, f := range res.Failures {
 		fmt.Fprintf(&sb, "  - %s\n", f)
 	}

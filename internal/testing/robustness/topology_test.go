@@ -134,17 +134,27 @@ func TestPlansCoverEveryFaultAndTopology(t *testing.T) {
 	}
 }
 
+// TestResultTable: the table adds up every run of a fault kind, a
+// topology and the whole campaign; undecided and vacuous runs are their
+// own columns and count as failed runs too.
 func TestResultTable(t *testing.T) {
 	got := resultTable([]runSummary{
-		{Fault: "kill-leader", Topology: "3n", Ops: 10},
-		{Fault: "kill-leader", Topology: "2n+1w", Ops: 5, Unknown: 1},
-		{Fault: "kill-all", Topology: "1n", Ops: 3, Failures: []string{"x"}},
+		{Fault: "kill-leader", Topology: "3n", Ops: 10, Outcome: OutcomePass},
+		{Fault: "kill-leader", Topology: "2n+1w", Ops: 5, Unknown: 1, Outcome: OutcomePass},
+		{Fault: "kill-all", Topology: "1n", Ops: 3, Failures: []string{"x"}, Lost: []string{"k"}, Outcome: OutcomeFailed},
+		{Fault: "kill-all", Topology: "3n", Ops: 7, Unknown: 2, Failures: []string{"undecided: …"}, Outcome: OutcomeUndecided,
+			Undecided: []UndecidedKey{{Key: "r1", Ops: 7, Unknown: 2, Stage: "history"}}, Porcupine: "Unknown"},
+		{Fault: "pause-leader", Topology: "3n", Ops: 4, Failures: []string{"vacuous run: …"}, Vacuous: []string{"…"},
+			Outcome: OutcomeVacuous, Illegal: []string{"a", "b"}, Divergent: []string{"n2"}},
 	})
 	for _, want := range []string{
-		"| kill-leader | 2 | 2n+1w×1 3n×1 | 15 | 1 | 0 | 0 | 0 | 0 | 0 |",
-		"| kill-all | 1 | 1n×1 | 3 | 0 | 0 | 0 | 0 | 1 | 0 |",
+		"| fault | runs | topologies | ops checked | unknown writes | violating keys | lost-write keys | divergent replicas | undecided runs | vacuous runs | failed runs |",
+		"| kill-leader | 2 | 2n+1w×1 3n×1 | 15 | 1 | 0 | 0 | 0 | 0 | 0 | 0 |",
+		"| kill-all | 2 | 1n×1 3n×1 | 10 | 2 | 0 | 1 | 0 | 1 | 0 | 2 |",
+		"| pause-leader | 1 | 3n×1 | 4 | 0 | 2 | 0 | 1 | 0 | 1 | 1 |",
 		"| all 2n+1w | 1 | 2n+1w×1 | 5 | 1 |",
-		"| total | 3 | 1n×1 2n+1w×1 3n×1 | 18 | 1 | 0 | 0 | 0 | 1 | 0 |",
+		"| all 3n | 3 | 3n×3 | 21 | 2 | 2 | 0 | 1 | 1 | 1 | 2 |",
+		"| total | 5 | 1n×1 2n+1w×1 3n×3 | 29 | 3 | 2 | 1 | 1 | 1 | 1 | 3 |",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("table lacks %q:\n%s", want, got)
