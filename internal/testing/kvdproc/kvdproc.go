@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -339,12 +340,44 @@ func FreeAddr(t testing.TB) string { return freeAddr(t) }
 // freeAddr returns a loopback address with a port free right now.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := PickPort()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return addr
+}
+
+// Ports PickPort chooses from: below Linux's default ephemeral range
+// (32768-60999), which the kernel takes the local ports of outgoing
+// connections from. A port picked there (as ":0" picks) and handed to a
+// kvd started later, or restarted on it, could meanwhile have become the
+// local end of any client connection on the machine, and the kvd then fails
+// with "address already in use"; below the range only another listener can
+// take it.
+const (
+	pickLow  = 20000
+	pickHigh = 32767
+)
+
+// PickPort returns a loopback address whose port is free now and outside
+// the ephemeral range, for a process that binds it later (and again at a
+// restart). It falls back to a kernel-chosen port if none is found.
+func PickPort() (string, error) {
+	for range 64 {
+		port := pickLow + rand.IntN(pickHigh-pickLow+1)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			addr := l.Addr().String()
+			l.Close()
+			return addr, nil
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("pick a free port: %w", err)
+	}
 	defer l.Close()
-	return l.Addr().String()
+	return l.Addr().String(), nil
 }
 
 // WaitReady polls /readyz until it answers 200.
