@@ -27,6 +27,11 @@
 // 32-byte hello that opens every peer connection, so it can cut, delay or
 // reset one ordered pair of nodes.
 //
+// A secured run (Config.Secure; make robustness SECURE=1) gives every
+// member TLS on its client ports, mutual TLS between members and an auth
+// file; clients dial with TLS and log in first, and each proxy terminates
+// the peer TLS to read the hello (secure.go).
+//
 // Faults are entries of a registry (fault.go); adding one is adding an
 // entry. Only the robustness test (go test ./internal/testing/robustness, make
 // robustness) calls this package. On a failed run it writes the history,
