@@ -78,14 +78,16 @@ e2e: image ## docker-compose clusters under faults: failover, partition, restart
 # replica divergence (docs/robustness.md). COUNT runs of DURATION traffic,
 # one fault each, cycling through FAULTS (default: all) from SEED (0: clock),
 # on TOPOLOGY (1n, 3n, 2n+1w: two data members and a witness; default:
-# chosen per run from its seed).
+# chosen per run from its seed). SECURE=1: TLS on the client ports, mutual
+# TLS between members and authenticated clients, certificates made per run.
 COUNT     ?= 10
 DURATION  ?= 5s
 SEED      ?= 0
 FAULTS    ?=
 TOPOLOGY  ?=
+SECURE    ?= 0
 ROBUSTNESS_TIMEOUT ?= 30m
 .PHONY: robustness
-robustness: ## faulted cluster runs checked with porcupine (COUNT, DURATION, SEED, FAULTS, TOPOLOGY)
+robustness: ## faulted cluster runs checked with porcupine (COUNT, DURATION, SEED, FAULTS, TOPOLOGY, SECURE)
 	$(GO) test ./internal/testing/robustness -run TestRobustness -count=1 -v -timeout $(ROBUSTNESS_TIMEOUT) \
-		-args -runs=$(COUNT) -duration=$(DURATION) -seed=$(SEED) -faults=$(FAULTS) -topology=$(TOPOLOGY)
+		-args -runs=$(COUNT) -duration=$(DURATION) -seed=$(SEED) -faults=$(FAULTS) -topology=$(TOPOLOGY) -secure=$(SECURE)

@@ -30,12 +30,26 @@ type binConn struct {
 	to time.Duration
 }
 
-func dialBinary(addr string, timeout time.Duration) (*binConn, error) {
-	c, err := net.DialTimeout("tcp", addr, timeout)
+// dialBinary connects to addr; with sec (a secured run) over TLS, logged
+// in with SASL PLAIN before it is returned.
+func dialBinary(addr string, timeout time.Duration, sec *Security) (*binConn, error) {
+	if sec == nil {
+		c, err := net.DialTimeout("tcp", addr, timeout)
+		if err != nil {
+			return nil, fmt.Errorf("%w: dial %s: %v", errNotSent, addr, err)
+		}
+		return &binConn{c: c, r: bufio.NewReader(c), to: timeout}, nil
+	}
+	c, err := sec.dial(addr, timeout)
 	if err != nil {
 		return nil, fmt.Errorf("%w: dial %s: %v", errNotSent, addr, err)
 	}
-	return &binConn{c: c, r: bufio.NewReader(c), to: timeout}, nil
+	b := &binConn{c: c, r: bufio.NewReader(c), to: timeout}
+	if err := sec.loginBinary(b); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("%w: log in to %s: %v", errNotSent, addr, err)
+	}
+	return b, nil
 }
 
 func (b *binConn) Close() error { return b.c.Close() }

@@ -102,7 +102,7 @@ func TestBinaryClientSpeaksTheModelsWords(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			addr := fakeBinary(t, tt.opcode, tt.status, tt.extras, []byte(tt.value))
-			b, err := dialBinary(addr, 2*time.Second)
+			b, err := dialBinary(addr, 2*time.Second, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

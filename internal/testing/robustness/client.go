@@ -20,12 +20,26 @@ type mcConn struct {
 	to time.Duration
 }
 
-func dialMC(addr string, timeout time.Duration) (*mcConn, error) {
-	c, err := net.DialTimeout("tcp", addr, timeout)
+// dialMC connects to addr; with sec (a secured run) over TLS, logged in
+// before it is returned. A failed login is a request not sent.
+func dialMC(addr string, timeout time.Duration, sec *Security) (*mcConn, error) {
+	if sec == nil {
+		c, err := net.DialTimeout("tcp", addr, timeout)
+		if err != nil {
+			return nil, fmt.Errorf("%w: dial %s: %v", errNotSent, addr, err)
+		}
+		return &mcConn{c: c, r: bufio.NewReader(c), to: timeout}, nil
+	}
+	c, err := sec.dial(addr, timeout)
 	if err != nil {
 		return nil, fmt.Errorf("%w: dial %s: %v", errNotSent, addr, err)
 	}
-	return &mcConn{c: c, r: bufio.NewReader(c), to: timeout}, nil
+	m := &mcConn{c: c, r: bufio.NewReader(c), to: timeout}
+	if err := sec.loginText(m); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("%w: log in to %s: %v", errNotSent, addr, err)
+	}
+	return m, nil
 }
 
 func (m *mcConn) Close() error { return m.c.Close() }

@@ -45,6 +45,8 @@ type Node struct {
 	ProxyAddr    string // the proxy in front of PeerAddr, which members dial ("" for one node)
 	args         []string
 	bin          string
+	// sec: the run is secured; clients dial with TLS and log in.
+	sec *Security
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -70,7 +72,13 @@ type Cluster struct {
 	Timing Timing
 	// StartRetries are the errors of start attempts that were retried.
 	StartRetries []string
-	http         *http.Client
+	// Sec is the run's TLS and credentials; nil for a plaintext run.
+	Sec  *Security
+	http *http.Client
+	// adminHTTP is for requests that may wait on raft (a transfer, a
+	// membership change, forwarded to the leader): http's 2s are too
+	// short for those.
+	adminHTTP *http.Client
 }
 
 func freeAddr() (string, error) {
@@ -85,17 +93,19 @@ func freeAddr() (string, error) {
 // StartCluster launches the members of topo (n1…, the witnesses last,
 // named in every member's --initial-witnesses) under dir with binary bin
 // and waits until each is ready and knows its ID. The extra flags go to
-// every node after the harness's own (later flags win).
+// every node after the harness's own (later flags win). With sec, every
+// member also gets sec's TLS, peer mTLS and --auth-file flags, and the
+// proxies and clients speak TLS (Security).
 //
 // Ports are picked free and then handed to kvd, so another process (on a
 // shared machine, another test) can take one in between. A start in which
 // a node exits is therefore retried from scratch with new ports, up to
 // three times; the failed attempts are returned in Cluster.StartRetries so
 // that a node that dies at start-up for another reason is still reported.
-func StartCluster(ctx context.Context, bin, dir string, topo Topology, tm Timing, extra ...string) (*Cluster, error) {
+func StartCluster(ctx context.Context, bin, dir string, topo Topology, tm Timing, sec *Security, extra ...string) (*Cluster, error) {
 	var retries []string
 	for attempt := 1; ; attempt++ {
-		c, err := startCluster(ctx, bin, dir, topo, tm, extra...)
+		c, err := startCluster(ctx, bin, dir, topo, tm, sec, extra...)
 		if err == nil {
 			c.StartRetries = retries
 			return c, nil
@@ -112,12 +122,15 @@ func StartCluster(ctx context.Context, bin, dir string, topo Topology, tm Timing
 	}
 }
 
-func startCluster(ctx context.Context, bin, dir string, topo Topology, tm Timing, extra ...string) (*Cluster, error) {
-	c := &Cluster{Timing: tm, http: &http.Client{Timeout: 2 * time.Second}}
+func startCluster(ctx context.Context, bin, dir string, topo Topology, tm Timing, sec *Security, extra ...string) (*Cluster, error) {
+	c := &Cluster{Timing: tm, Sec: sec, http: &http.Client{Timeout: 2 * time.Second}, adminHTTP: &http.Client{Timeout: 15 * time.Second}}
+	if sec != nil {
+		c.http, c.adminHTTP = sec.httpClient(2*time.Second), sec.httpClient(15*time.Second)
+	}
 	var members []string
 	size := topo.Size()
 	for i := 1; i <= size; i++ {
-		n := &Node{Name: fmt.Sprintf("n%d", i), Witness: i > topo.Data, bin: bin}
+		n := &Node{Name: fmt.Sprintf("n%d", i), Witness: i > topo.Data, bin: bin, sec: sec}
 		n.DataDir = filepath.Join(dir, n.Name)
 		n.LogPath = filepath.Join(dir, n.Name+".log")
 		for _, p := range []*string{&n.MemcacheAddr, &n.HTTPAddr, &n.PeerAddr} {
@@ -131,8 +144,9 @@ func startCluster(ctx context.Context, bin, dir string, topo Topology, tm Timing
 	}
 	if size > 1 {
 		c.Net = NewNetwork()
+		c.Net.sec = sec
 		for _, n := range c.Nodes {
-			pa, err := c.Net.AddProxy(n.PeerAddr)
+			pa, err := c.Net.addProxy(n.Name, n.PeerAddr)
 			if err != nil {
 				_ = c.Net.Close()
 				return nil, err
@@ -151,6 +165,9 @@ func startCluster(ctx context.Context, bin, dir string, topo Topology, tm Timing
 		}
 		if w := topo.WitnessNames(); len(w) > 0 {
 			n.args = append(n.args, "--initial-witnesses", strings.Join(w, ","))
+		}
+		if sec != nil {
+			n.args = append(n.args, sec.flags(n.Name)...)
 		}
 		n.args = append(n.args, extra...)
 		if err := n.launch(); err != nil {

@@ -32,6 +32,11 @@
 // its fault: traffic before, during and after it, and the effect its kind
 // must have (vacuity.go); otherwise it is "vacuous". Both fail.
 //
+// A secured run (Config.Secure; make robustness SECURE=1) gives every
+// member TLS on its client ports, mutual TLS between members and an auth
+// file; clients dial with TLS and log in first, and each proxy terminates
+// the peer TLS to read the hello (secure.go).
+//
 // Faults are entries of a registry (fault.go); adding one is adding an
 // entry. Only the robustness test (go test ./internal/testing/robustness, make
 // robustness) calls this package. On a failed run it writes the history,

@@ -64,11 +64,6 @@ const (
 	metricSnapSent      = "kvd_raft_snapshots_sent_total"
 )
 
-// adminHTTP is for requests that may wait on raft (a transfer, a
-// membership change, forwarded to the leader): the cluster's 2s client is
-// too short for those.
-var adminHTTP = &http.Client{Timeout: 15 * time.Second}
-
 // snapshotFollower keeps a follower away (SIGKILL or a partition, drawn)
 // until the others have compacted their logs past it, brings it back, and
 // fails unless it installed a snapshot: without that check the fault could
@@ -157,7 +152,7 @@ func fillUntil(ctx context.Context, c *Cluster, nodes []*Node, gap time.Duration
 		mc := conns[n]
 		if mc == nil {
 			var err error
-			if mc, err = dialMC(n.MemcacheAddr, c.Timing.RequestTimeout); err != nil {
+			if mc, err = dialMC(n.MemcacheAddr, c.Timing.RequestTimeout, n.sec); err != nil {
 				time.Sleep(50 * time.Millisecond)
 				continue
 			}
@@ -260,7 +255,7 @@ func (c *Cluster) metric(ctx context.Context, n *Node, name string) (float64, er
 }
 
 // admin sends one admin request and returns the status and body.
-func admin(ctx context.Context, method, u string, body any) (int, []byte, error) {
+func (c *Cluster) admin(ctx context.Context, method, u string, body any) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -276,7 +271,7 @@ func admin(ctx context.Context, method, u string, body any) (int, []byte, error)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := adminHTTP.Do(req)
+	resp, err := c.adminHTTP.Do(req)
 	if err != nil {
 		return 0, nil, fmt.Errorf("%s %s: %w", method, u, err)
 	}
@@ -379,7 +374,7 @@ func transferToWitness(ctx context.Context, e *Env, via *Node) error {
 	}); err != nil {
 		return err
 	}
-	if err := wantRefusal(ctx, http.MethodPost, "http://"+via.HTTPAddr+"/v1/cluster/transfer-leader", map[string]string{"to": w.Name},
+	if err := e.Cluster.wantRefusal(ctx, http.MethodPost, "http://"+via.HTTPAddr+"/v1/cluster/transfer-leader", map[string]string{"to": w.Name},
 		"witness", "a transfer to witness "+w.Name+" via "+via.Name); err != nil {
 		return err
 	}
@@ -411,7 +406,7 @@ func transferOnce(ctx context.Context, c *Cluster, logf func(string, ...any), vi
 	}
 	var answer string
 	err := poll(ctx, 5*time.Second, "transfer leadership", func() (bool, error) {
-		status, body, err := admin(ctx, http.MethodPost, "http://"+via.HTTPAddr+"/v1/cluster/transfer-leader", map[string]string{"to": to})
+		status, body, err := c.admin(ctx, http.MethodPost, "http://"+via.HTTPAddr+"/v1/cluster/transfer-leader", map[string]string{"to": to})
 		if err != nil {
 			return false, err
 		}
@@ -512,7 +507,7 @@ func replaceFollower(ctx context.Context, e *Env) (func(context.Context) error, 
 				return err
 			}
 		}
-		f.args = joinArgs(f.args, "http://"+via.HTTPAddr, f.ProxyAddr, f.Witness)
+		f.args = joinArgs(f.args, e.Cluster.Sec.baseURL(via.HTTPAddr), f.ProxyAddr, f.Witness)
 		e.Logf("start %s again, joining through %s", f.Name, via.Name)
 		if err := f.Restart(); err != nil {
 			return err
@@ -554,7 +549,7 @@ func removeAndWipe(ctx context.Context, e *Env, lead, f *Node) (uint64, error) {
 	e.Logf("remove follower %s", f.Name)
 	u := "http://" + lead.HTTPAddr + "/v1/cluster/members/" + url.PathEscape(f.Name)
 	err := poll(ctx, 10*time.Second, "remove "+f.Name, func() (bool, error) {
-		status, body, err := admin(ctx, http.MethodDelete, u, nil)
+		status, body, err := e.Cluster.admin(ctx, http.MethodDelete, u, nil)
 		switch {
 		case err != nil:
 			return false, err
@@ -616,7 +611,7 @@ func joinArgs(args []string, join, proxy string, witness bool) []string {
 // code witness_quorum) and d is still a voter. A 503 is retried.
 func removalRefused(ctx context.Context, e *Env, lead, d *Node) error {
 	u := "http://" + lead.HTTPAddr + "/v1/cluster/members/" + url.PathEscape(d.Name)
-	if err := wantRefusal(ctx, http.MethodDelete, u, nil, "witness_quorum", "the removal of data member "+d.Name+" beside a witness"); err != nil {
+	if err := e.Cluster.wantRefusal(ctx, http.MethodDelete, u, nil, "witness_quorum", "the removal of data member "+d.Name+" beside a witness"); err != nil {
 		return err
 	}
 	var v memberView
@@ -635,8 +630,12 @@ func removalRefused(ctx context.Context, e *Env, lead, d *Node) error {
 func addWitness(ctx context.Context, e *Env, w, via *Node) error {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, w.bin, "cluster", "add", "--witness", w.Name, w.ProxyAddr,
-		"--endpoints", "http://"+via.HTTPAddr).CombinedOutput()
+	endpoint := "http://" + via.HTTPAddr
+	if e.Cluster.Sec != nil {
+		endpoint = "https://" + via.HTTPAddr
+	}
+	args := slices.Concat([]string{"cluster", "add", "--witness", w.Name, w.ProxyAddr, "--endpoints", endpoint}, e.Cluster.Sec.cliArgs())
+	out, err := exec.CommandContext(ctx, w.bin, args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("kvd cluster add --witness %s via %s: %w: %s", w.Name, via.Name, err, bytes.TrimSpace(out))
 	}
@@ -690,12 +689,12 @@ func waitVoter(ctx context.Context, c *Cluster, n *Node) error {
 // wantRefusal sends an admin request that must be refused with 409 and
 // code. A 503 (no leader for the moment, a timeout) is retried; any other
 // answer is the verdict.
-func wantRefusal(ctx context.Context, method, u string, req any, code, what string) error {
+func (c *Cluster) wantRefusal(ctx context.Context, method, u string, req any, code, what string) error {
 	var status int
 	var body []byte
 	err := poll(ctx, 5*time.Second, "an answer to "+what, func() (bool, error) {
 		var err error
-		status, body, err = admin(ctx, method, u, req)
+		status, body, err = c.admin(ctx, method, u, req)
 		if err == nil && status == http.StatusServiceUnavailable {
 			err = fmt.Errorf("HTTP %d: %s", status, bytes.TrimSpace(body))
 		}

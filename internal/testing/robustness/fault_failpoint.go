@@ -142,7 +142,7 @@ func moveLeader(ctx context.Context, e *Env, n *Node) error {
 			e.Logf("%s leads (term %d)", n.Name, term)
 			return true, nil
 		}
-		status, body, err := admin(ctx, http.MethodPost, "http://"+n.HTTPAddr+"/v1/cluster/transfer-leader", map[string]string{"to": n.Name})
+		status, body, err := e.Cluster.admin(ctx, http.MethodPost, "http://"+n.HTTPAddr+"/v1/cluster/transfer-leader", map[string]string{"to": n.Name})
 		if err != nil {
 			return false, err
 		}

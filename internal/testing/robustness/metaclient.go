@@ -28,8 +28,8 @@ type metaConn struct {
 	opaque uint64
 }
 
-func dialMeta(addr string, timeout time.Duration, seed uint64) (*metaConn, error) {
-	c, err := dialMC(addr, timeout)
+func dialMeta(addr string, timeout time.Duration, seed uint64, sec *Security) (*metaConn, error) {
+	c, err := dialMC(addr, timeout, sec)
 	if err != nil {
 		return nil, err
 	}

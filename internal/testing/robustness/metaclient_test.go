@@ -185,7 +185,7 @@ func TestMetaClientSpeaksTheModelsWords(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			addr, reqs := fakeMeta(t, tt.reply, false)
-			m, err := dialMeta(addr, 2*time.Second, 1)
+			m, err := dialMeta(addr, 2*time.Second, 1, nil)
 			require.NoError(t, err)
 			defer m.Close()
 			m.draw = drawLoud
@@ -247,7 +247,7 @@ func TestMetaClientCutMidReply(t *testing.T) {
 			defer c.close()
 			require.Equal(t, protoMeta, c.proto)
 			// Dial first, to fix the connection's draws.
-			m, err := dialMeta(addr, 2*time.Second, 1)
+			m, err := dialMeta(addr, 2*time.Second, 1, nil)
 			require.NoError(t, err)
 			m.draw = drawLoud
 			if tt.quiet {
@@ -281,7 +281,7 @@ func TestProtocolsByClientID(t *testing.T) {
 	addr, _ := fakeMeta(t, "", false)
 	for id, kind := range []mcClient{(*mcConn)(nil), (*binConn)(nil), (*metaConn)(nil)} {
 		c := newClient(id, nil, nil, 2*time.Second, 1, newHistory())
-		mc, err := c.dial(addr)
+		mc, err := c.dial(addr, nil)
 		require.NoError(t, err)
 		assert.IsType(t, kind, mc, "client %d", id)
 		require.NoError(t, mc.Close())

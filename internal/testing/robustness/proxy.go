@@ -30,6 +30,9 @@ type Network struct {
 	closed  bool
 	// effect is what the faults did since the last Heal.
 	effect Effect
+	// sec: peer traffic is TLS, which each proxy terminates and
+	// re-establishes as the members (see Security); nil: raw bytes.
+	sec *Security
 }
 
 // Effect counts what the network faults did between two heals: peer
@@ -59,6 +62,7 @@ func NewNetwork() *Network {
 type proxy struct {
 	ln     net.Listener
 	target string
+	member string // the node behind it, for a secured network
 }
 
 // link is one proxied peer connection: the dialer's side and ours to the
@@ -79,12 +83,16 @@ func (l *link) close() {
 // AddProxy listens on a fresh loopback port and forwards every connection
 // to target (a node's real --peer-addr). It returns the proxy's address,
 // which goes into --initial-cluster.
-func (n *Network) AddProxy(target string) (string, error) {
+func (n *Network) AddProxy(target string) (string, error) { return n.addProxy("", target) }
+
+// addProxy is AddProxy for member's listener: a secured network needs the
+// name to answer TLS as member.
+func (n *Network) addProxy(member, target string) (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", fmt.Errorf("proxy for %s: %w", target, err)
 	}
-	p := &proxy{ln: ln, target: target}
+	p := &proxy{ln: ln, target: target, member: member}
 	n.mu.Lock()
 	n.proxies = append(n.proxies, p)
 	n.mu.Unlock()
@@ -110,12 +118,21 @@ func (n *Network) accept(p *proxy) {
 func (n *Network) serve(p *proxy, down net.Conn) {
 	defer n.wg.Done()
 	var hello [helloSize]byte
-	_ = down.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var dialer string // the dialing member, on a secured network
+	_ = down.SetDeadline(time.Now().Add(5 * time.Second))
+	if n.sec != nil {
+		tc, name, err := n.sec.acceptPeer(down, p.member)
+		if err != nil {
+			_ = down.Close()
+			return
+		}
+		down, dialer = tc, name
+	}
 	if _, err := io.ReadFull(down, hello[:]); err != nil {
 		_ = down.Close()
 		return
 	}
-	_ = down.SetReadDeadline(time.Time{})
+	_ = down.SetDeadline(time.Time{})
 	pr := pair{From: binary.BigEndian.Uint64(hello[16:24]), To: binary.BigEndian.Uint64(hello[24:32])}
 	if n.refuse(pr) {
 		_ = down.Close()
@@ -125,6 +142,17 @@ func (n *Network) serve(p *proxy, down net.Conn) {
 	if err != nil {
 		_ = down.Close()
 		return
+	}
+	if n.sec != nil {
+		_ = up.SetDeadline(time.Now().Add(5 * time.Second))
+		tc, err := n.sec.dialPeer(up, dialer, p.member)
+		if err != nil {
+			_ = down.Close()
+			_ = up.Close()
+			return
+		}
+		_ = up.SetDeadline(time.Time{})
+		up = tc
 	}
 	if _, err := up.Write(hello[:]); err != nil {
 		_ = down.Close()

@@ -30,7 +30,13 @@ var (
 	flagTopology = flag.String("topology", os.Getenv("ROBUSTNESS_TOPOLOGY"), "cluster shape for every run: 1n, 3n, 2n+1w (or witness); default: drawn per run from its seed")
 	flagClients  = flag.Int("clients", envInt("ROBUSTNESS_CLIENTS", 6), "sequential clients per run")
 	flagKVDArgs  = flag.String("kvd-args", os.Getenv("ROBUSTNESS_KVD_ARGS"), "extra flags for every kvd serve, space-separated (e.g. --read-consistency=local to see a violation caught)")
+	flagSecure   = flag.Bool("secure", envBool("ROBUSTNESS_SECURE"), "TLS on client ports, mutual TLS between members, authenticated clients (certificates made per run)")
 )
+
+func envBool(name string) bool {
+	v, _ := strconv.ParseBool(os.Getenv(name))
+	return v
+}
 
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
@@ -202,10 +208,14 @@ func TestRobustness(t *testing.T) {
 	}
 	root := artifactsRoot(t)
 	ps := plans(t)
+	mode := "" // names a secured run's subtest, artifacts and summary
+	if *flagSecure {
+		mode = "-tls"
+	}
 	var sums []runSummary
 	start := time.Now()
 	for i, p := range ps {
-		name := fmt.Sprintf("%03d-%s-%s-seed%d", i, p.fault.Name, p.topo, p.seed)
+		name := fmt.Sprintf("%03d-%s-%s-seed%d%s", i, p.fault.Name, p.topo, p.seed, mode)
 		t.Run(name, func(t *testing.T) {
 			bin := kvdproc.Binary(t)
 			if NeedsFailpoints(p.fault) {
@@ -214,7 +224,7 @@ func TestRobustness(t *testing.T) {
 			cfg := Config{
 				Binary: bin, Dir: t.TempDir(), Seed: p.seed, Fault: p.fault, Topology: p.topo,
 				Duration: *flagDuration, Clients: *flagClients, Timing: DefaultTiming,
-				ExtraArgs: strings.Fields(*flagKVDArgs), CheckTimeout: 60 * time.Second, Logf: t.Logf,
+				ExtraArgs: strings.Fields(*flagKVDArgs), Secure: *flagSecure, CheckTimeout: 60 * time.Second, Logf: t.Logf,
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), *flagDuration+5*time.Minute)
 			defer cancel()
@@ -230,9 +240,12 @@ func TestRobustness(t *testing.T) {
 				res.Outcome(), res.Stats.Ops, res.Stats.Reads, res.Stats.Writes, res.Stats.Unknown, res.Stats.FailedReads,
 				res.Phases, res.Verdict.Result, res.Applied, res.Digests)
 			if res.Failed() {
-				out := filepath.Join(root, fmt.Sprintf("%d-%s-%s", p.seed, p.fault.Name, p.topo))
+				out := filepath.Join(root, fmt.Sprintf("%d-%s-%s%s", p.seed, p.fault.Name, p.topo, mode))
 				repro := fmt.Sprintf("go test ./internal/testing/robustness -run TestRobustness -count=1 -v -args -runs=1 -seed=%d -faults=%s -topology=%s -duration=%s -clients=%d",
 					p.seed, p.fault.Name, p.topo, *flagDuration, *flagClients)
+				if *flagSecure {
+					repro += " -secure"
+				}
 				if *flagKVDArgs != "" {
 					repro += fmt.Sprintf(" -kvd-args=%q", *flagKVDArgs)
 				}
@@ -254,7 +267,7 @@ func TestRobustness(t *testing.T) {
 		return
 	}
 	if err := os.MkdirAll(root, 0o755); err == nil {
-		path := filepath.Join(root, fmt.Sprintf("summary-%d-%druns.json", ps[0].seed, len(ps)))
+		path := filepath.Join(root, fmt.Sprintf("summary-%d-%druns%s.json", ps[0].seed, len(ps), mode))
 		if err := writeJSON(path, sums); err != nil {
 			t.Errorf("summary: %v", err)
 		} else {

@@ -44,6 +44,9 @@ type Config struct {
 	// ExtraArgs go to every `kvd serve`, e.g. a weaker --read-consistency
 	// to see the harness catch stale reads.
 	ExtraArgs []string
+	// Secure runs the cluster with TLS, peer mTLS and authentication,
+	// certificates made under Dir/pki (Security).
+	Secure bool
 	// CheckTimeout bounds porcupine on each key; a key not decided by
 	// then fails the run as undecided.
 	CheckTimeout time.Duration
@@ -147,7 +150,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res := &Result{Fault: cfg.Fault.Name, Topology: cfg.Topology, Seed: cfg.Seed, Digests: map[string]string{}}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6b7664))
-	cl, err := StartCluster(ctx, cfg.Binary, cfg.Dir, cfg.Topology, cfg.Timing, cfg.kvdArgs()...)
+	var sec *Security
+	if cfg.Secure {
+		var err error
+		if sec, err = NewSecurity(filepath.Join(cfg.Dir, "pki"), cfg.Topology.Names()); err != nil {
+			return nil, err
+		}
+	}
+	cl, err := StartCluster(ctx, cfg.Binary, cfg.Dir, cfg.Topology, cfg.Timing, sec, cfg.kvdArgs()...)
 	if err != nil {
 		return nil, fmt.Errorf("start a %s cluster: %w", cfg.Topology, err)
 	}

@@ -39,6 +39,15 @@ func (t Topology) String() string {
 	return fmt.Sprintf("%dn+%dw", t.Data, t.Witnesses)
 }
 
+// Names are the names of every member, n1…
+func (t Topology) Names() []string {
+	out := make([]string, t.Size())
+	for i := range out {
+		out[i] = fmt.Sprintf("n%d", i+1)
+	}
+	return out
+}
+
 // WitnessNames are the names of the witnesses: the members after the data
 // members.
 func (t Topology) WitnessNames() []string {

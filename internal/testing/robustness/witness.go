@@ -38,7 +38,7 @@ func checkWitnesses(ctx context.Context, c *Cluster, logf func(string, ...any)) 
 				out = append(out, fmt.Sprintf("witness %s: %s lists it as %+v (found %v), want a voter marked witness", w.Name, n.Name, m, ok))
 			}
 		}
-		if err := refusesData(w.MemcacheAddr, c.Timing.RequestTimeout); err != nil {
+		if err := refusesData(w.MemcacheAddr, c.Timing.RequestTimeout, w.sec); err != nil {
 			out = append(out, fmt.Sprintf("witness %s: %v", w.Name, err))
 		}
 		if items, err := c.metric(ctx, w, metricItems); err != nil || items != 0 {
@@ -67,8 +67,8 @@ func (v memberView) member(name string) (viewMember, bool) {
 }
 
 // refusesData sends a witness one get and wants its refusal.
-func refusesData(addr string, timeout time.Duration) error {
-	mc, err := dialMC(addr, timeout)
+func refusesData(addr string, timeout time.Duration, sec *Security) error {
+	mc, err := dialMC(addr, timeout, sec)
 	if err != nil {
 		return err
 	}

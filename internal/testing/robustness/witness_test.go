@@ -27,7 +27,7 @@ func TestWitnessJoinThroughFollowerAfterAdd(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cl, err := StartCluster(ctx, kvdproc.Binary(t), t.TempDir(), TwoAndWitness, DefaultTiming)
+	cl, err := StartCluster(ctx, kvdproc.Binary(t), t.TempDir(), TwoAndWitness, DefaultTiming, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

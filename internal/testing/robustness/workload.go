@@ -93,22 +93,23 @@ func (c *client) do(n *Node, key string, in Input) (Output, error) {
 	return out, err
 }
 
-// dial opens a connection in the client's protocol.
-func (c *client) dial(addr string) (mcClient, error) {
+// dial opens a connection in the client's protocol (over TLS and logged
+// in, with sec).
+func (c *client) dial(addr string, sec *Security) (mcClient, error) {
 	switch c.proto {
 	case protoBinary:
-		return dialBinary(addr, c.timeout)
+		return dialBinary(addr, c.timeout, sec)
 	case protoMeta:
-		return dialMeta(addr, c.timeout, c.rng.Uint64())
+		return dialMeta(addr, c.timeout, c.rng.Uint64(), sec)
 	}
-	return dialMC(addr, c.timeout)
+	return dialMC(addr, c.timeout, sec)
 }
 
 func (c *client) exec(n *Node, key string, in Input) (Output, error) {
 	mc := c.conns[n]
 	if mc == nil {
 		var err error
-		if mc, err = c.dial(n.MemcacheAddr); err != nil {
+		if mc, err = c.dial(n.MemcacheAddr, n.sec); err != nil {
 			return Output{}, err
 		}
 		c.conns[n] = mc
