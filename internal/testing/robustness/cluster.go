@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/kvd-project/kvd/internal/testing/kvdproc"
 )
 
 // Timing is the raft timing every node of a run gets. Short timeouts keep
@@ -82,12 +83,9 @@ type Cluster struct {
 }
 
 func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("pick a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	// Below the ephemeral range: a node restarted on its port must not
+	// find it taken by some connection's local end (kvdproc.PickPort).
+	return kvdproc.PickPort()
 }
 
 // StartCluster launches the members of topo (n1…, the witnesses last,
