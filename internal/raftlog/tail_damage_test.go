@@ -79,13 +79,14 @@ func TestOpenRefusesABitFlipBeforeTheLastWrite(t *testing.T) {
 			require.NoError(t, mem.MkdirAll(memDir, 0o755))
 			writeFile(t, mem, name, b)
 			what := fmt.Sprintf("bit %#x of byte %d flipped", bit, off)
+			before := readFile(t, mem, name) // under -race, MemFS scribbles over what it was given
 
 			l, err := Open(memDir, nil, Options{FS: mem})
 			if err != nil {
 				require.ErrorIs(t, err, ErrCorrupt, what)
 				rec := recordStart(t, clean, 1, off)
 				require.ErrorContains(t, err, fmt.Sprintf("%s: the record at offset %d fails its checksum", segmentName(1), rec), what)
-				require.Equal(t, b, readFile(t, mem, name), "%s: the damaged segment must be left as it was", what)
+				require.Equal(t, before, readFile(t, mem, name), "%s: the damaged segment must be left as it was", what)
 				refused++
 				continue
 			}
