@@ -72,8 +72,13 @@
 // fails its checksum yet the record chained after it checks out: those
 // records are fsynced before anything after them is written, so only
 // records of the same write, past a lost sector, may follow them torn.
-// Damage further into the last segment is not told from a torn tail: the
-// log ends before it. Entries
+// Further into the last segment, damage is never taken for a torn tail
+// (checkTornTail): a record that fails its checksum is the end of the log
+// only if nothing chained from it checks out, or if what does could all
+// have been written since the last fsync (commit-only HardStates, then one
+// write) and a sector of it lost. Otherwise, a valid record follows
+// acknowledged data that no crash can have spoiled, and Open fails naming
+// the file and the offset, leaving the file as it is. Entries
 // must run contiguously from the compaction index + 1 with non-decreasing
 // terms, segment numbers must be consecutive, and the HardState's commit
 // may not exceed the last index; anything else is reported as an error

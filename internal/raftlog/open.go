@@ -244,6 +244,8 @@ func (r *replay) segment(l *Log, s *segment, last bool) (segmentEnd, error) {
 				if err := checkHeaderRecordsTail(s.f, s.seq, sr.off, n, st.Size()); err != nil {
 					return segmentEnd{}, err
 				}
+			} else if err := checkTornTail(s.f, s.seq, sr.off, sr.crc, r.hs, r.comp.GetIndex(), st.Size()); err != nil {
+				return segmentEnd{}, err
 			}
 			end.off, end.crc = sr.off, sr.crc
 			return end, nil
