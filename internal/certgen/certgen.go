@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"time"
 )
 
@@ -62,6 +63,9 @@ type Request struct {
 	// the host they dialled against these, not against CommonName.
 	DNSNames []string
 	IPs      []net.IP
+	// URIs are URI subject alternative names: a member's certificate
+	// carries kvd-member:NAME (tlsconf.MemberURI).
+	URIs []*url.URL
 	// ValidFor is the lifetime from now. It is capped at the CA's own
 	// expiry: past it the chain fails to verify anyway.
 	ValidFor time.Duration
@@ -166,6 +170,7 @@ func Issue(caCertPEM, caKeyPEM []byte, req Request) (certPEM, keyPEM []byte, err
 		Subject:      pkix.Name{CommonName: req.CommonName},
 		DNSNames:     req.DNSNames,
 		IPAddresses:  req.IPs,
+		URIs:         req.URIs,
 		NotBefore:    now.Add(-clockSkew),
 		NotAfter:     notAfter,
 		// An ECDSA key signs the handshake; it never encrypts a key, so

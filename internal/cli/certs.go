@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/kvd-project/kvd/internal/certgen"
 	"github.com/kvd-project/kvd/internal/config"
+	"github.com/kvd-project/kvd/internal/tlsconf"
 )
 
 // Defaults of `kvd certs`.
@@ -297,7 +299,10 @@ func memberRequest(name string, hosts, ips []string) (certgen.Request, error) {
 			return certgen.Request{}, fmt.Errorf("member name %q: a certificate can name only a printable ASCII member name (it is a DNS name in the certificate)", name)
 		}
 	}
-	req := certgen.Request{CommonName: name, DNSNames: []string{name}, Usage: certgen.UsageBoth}
+	// The kvd-member URI vouches for the certificate as a member's, so that
+	// a member which has not applied this one's addition yet still lets it
+	// speak (tlsconf.Vouched); a client certificate never carries it.
+	req := certgen.Request{CommonName: name, DNSNames: []string{name}, URIs: []*url.URL{tlsconf.MemberURI(name)}, Usage: certgen.UsageBoth}
 	addIP := func(ip net.IP) {
 		if !slices.ContainsFunc(req.IPs, ip.Equal) {
 			req.IPs = append(req.IPs, ip)

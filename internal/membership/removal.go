@@ -25,10 +25,11 @@ import (
 //
 //   - Restarted after its removal: leftCluster finds it absent from the
 //     configuration it applied itself.
-//   - Down when removed: the leader refuses its connection as a non-member
-//     and says as of which applied index (transport Config.NotMember); if
-//     that index is at or after the point its membership started and after
-//     what this member has applied, the leader knows of its removal.
+//   - Down when removed: the leader (with peer TLS, any member) refuses its
+//     connection as a non-member and says as of which applied index
+//     (transport Config.NotMember); if that index is at or after the point
+//     its membership started and after what this member has applied, the
+//     refusing member knows of its removal.
 //
 // A member whose starting point is unknown (a join answered by an older
 // kvd) draws no conclusion and waits, not ready, as before. A data dir
@@ -93,39 +94,60 @@ func leaderShowsRemoval(since, applied, leaderApplied uint64) bool {
 	return leaderApplied >= since && leaderApplied > applied
 }
 
-// notMember implements transport Config.NotMember: only the leader refuses
-// a sender, when its applied configuration leaves the sender out. A
-// follower may be behind the configuration the sender belongs to (the
-// sender may even be its new leader), so it lets raft judge.
-func (c *Controller) notMember(from uint64) (uint64, bool) {
+// notMember implements transport Config.NotMember. The leader refuses
+// every sender its applied configuration leaves out. A follower may be
+// behind the configuration the sender belongs to (the sender may even be
+// its new leader), so it lets through a sender that something vouches
+// for (a certificate marked as that member's, or no peer TLS at all), and
+// refuses only the others: a certificate the peer CA signed for a client,
+// or for anything but a member, must not speak raft to any node, where a
+// forged higher-term heartbeat deposes a leader and a forged append or
+// snapshot rewrites a follower.
+func (c *Controller) notMember(from uint64, vouched bool) (uint64, bool) {
 	st := c.rep.Status()
-	if st.Role != "leader" || st.Applied == 0 {
+	leader := st.Role == "leader" && st.Applied > 0
+	if !leader && vouched {
 		return 0, false
 	}
 	id := replica.NodeID(from)
 	if slices.Contains(st.Voters, id) || slices.Contains(st.Learners, id) {
 		return 0, false
 	}
+	if len(st.Voters) == 0 && c.knownFromFile(from) {
+		// Nothing applied yet (a joiner before its first snapshot): the
+		// members its join answer named are who it will hear from.
+		return 0, false
+	}
 	return st.Applied, true
 }
 
-// onNotMember implements transport Config.OnNotMember: peer, the leader,
-// refused this node as a non-member as of its applied index.
+// knownFromFile reports whether cluster.json names id, as a member or a
+// bootstrap voter.
+func (c *Controller) knownFromFile(id uint64) bool {
+	return slices.Contains(c.file.Bootstrap, id) ||
+		slices.ContainsFunc(c.file.Members, func(m FileMember) bool { return m.ID == id })
+}
+
+// onNotMember implements transport Config.OnNotMember: peer (the leader,
+// or with peer TLS any member, see notMember) refused this node as a
+// non-member as of its applied index. Whichever refused, the configuration
+// it applied at that index leaves this node out, which is what the
+// conclusion rests on.
 func (c *Controller) onNotMember(peer, applied uint64) {
 	since, ok := c.memberSince()
 	st := c.rep.Status()
 	if !ok || !leaderShowsRemoval(since, st.Applied, applied) {
-		// A joiner the leader has not applied yet, or a leader that knows
-		// no more than we do: nothing to conclude.
+		// A joiner the refusing member has not applied yet, or one that
+		// knows no more than we do: nothing to conclude.
 		// Once at info: the member redials after every backoff step.
 		level := slog.LevelDebug
 		if !c.notMemberLogged.Swap(true) {
 			level = slog.LevelInfo
 		}
-		c.logger.Log(context.Background(), level, "the leader does not count this node as a member yet", "peer", peer, "its_applied", applied, "applied", st.Applied, "member_since", since, "known", ok)
+		c.logger.Log(context.Background(), level, "a member does not count this node as a member yet", "peer", peer, "its_applied", applied, "applied", st.Applied, "member_since", since, "known", ok)
 		return
 	}
-	c.logger.Error("the leader refused this member's connection: it was removed from the cluster while it was away",
+	c.logger.Error("a member refused this member's connection: it was removed from the cluster while it was away",
 		"peer", peer, "its_applied", applied, "applied", st.Applied, "member_since", since)
 	c.markRemoved()
 }

@@ -115,3 +115,41 @@ func TestLeftCluster(t *testing.T) {
 		})
 	}
 }
+
+// TestNotMember: which senders a node refuses at the handshake. The
+// leader refuses anyone its configuration leaves out; a follower, which may
+// lag behind the configuration that added its new leader, refuses only
+// strangers nobody vouches for (with peer TLS, a certificate not marked
+// kvd-member:NAME, such as a client's).
+func TestNotMember(t *testing.T) {
+	voters := []replica.NodeID{IDOf("n1"), IDOf("n2"), IDOf("n3")}
+	member, learner, stranger := uint64(IDOf("n2")), uint64(IDOf("n4")), uint64(IDOf("client"))
+	tests := []struct {
+		name    string
+		st      replica.Status
+		from    uint64
+		vouched bool
+		refuse  bool
+	}{
+		{"leader, member", replica.Status{Role: "leader", Applied: 9, Voters: voters}, member, false, false},
+		{"leader, learner", replica.Status{Role: "leader", Applied: 9, Voters: voters, Learners: []replica.NodeID{IDOf("n4")}}, learner, false, false},
+		{"leader, vouched stranger", replica.Status{Role: "leader", Applied: 9, Voters: voters}, stranger, true, true},
+		{"leader, stranger", replica.Status{Role: "leader", Applied: 9, Voters: voters}, stranger, false, true},
+		{"follower, member", replica.Status{Role: "follower", Applied: 9, Voters: voters}, member, false, false},
+		{"follower, vouched stranger (it may be behind)", replica.Status{Role: "follower", Applied: 9, Voters: voters}, stranger, true, false},
+		{"follower, stranger", replica.Status{Role: "follower", Applied: 9, Voters: voters}, stranger, false, true},
+		{"candidate, stranger", replica.Status{Role: "candidate", Applied: 9, Voters: voters}, stranger, false, true},
+		{"nothing applied, a member of cluster.json", replica.Status{Role: "follower"}, member, false, false},
+		{"nothing applied, stranger", replica.Status{Role: "follower"}, stranger, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newTestController(&fakeReplica{st: tt.st}, &fakeState{})
+			applied, refuse := c.notMember(tt.from, tt.vouched)
+			require.Equal(t, tt.refuse, refuse)
+			if refuse {
+				require.Equal(t, tt.st.Applied, applied, "the refusal says as of which index")
+			}
+		})
+	}
+}

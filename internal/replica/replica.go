@@ -265,6 +265,11 @@ type Replica struct {
 	tr     Transport
 	rn     *raft.RawNode
 
+	// witnesses are the members that are witnesses (refreshLease), and
+	// wgate the appends a leader holds back from them (witnessgate.go).
+	witnesses map[uint64]bool
+	wgate     witnessGate
+
 	propc   chan proposal
 	recvc   chan *pb.Message
 	reportc chan report
@@ -719,6 +724,7 @@ func (r *Replica) run() {
 				}
 			}
 		}
+		r.releaseWitnessApps()
 		r.publishStatus()
 	}
 }
@@ -1152,7 +1158,8 @@ func (r *Replica) send(msgs []*pb.Message) error {
 		msgs = withoutVoteRequests(msgs)
 	}
 	r.lease.sawMessages(msgs, r.rn.BasicStatus().GetTerm())
-	r.tr.Send(msgs)
+	r.releaseWitnessApps()
+	r.tr.Send(r.gate(msgs))
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"slices"
 	"time"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -93,6 +94,17 @@ func (r *Replica) refreshLease() {
 	witness := false
 	for _, id := range r.confState.GetVoters() {
 		witness = witness || r.isWitness(id)
+	}
+	// The witnesses a leader holds appends back from (witnessgate.go),
+	// read from the member table once per configuration change.
+	clear(r.witnesses)
+	for _, id := range slices.Concat(r.confState.GetVoters(), r.confState.GetLearners()) {
+		if r.isWitness(id) {
+			if r.witnesses == nil {
+				r.witnesses = make(map[uint64]bool)
+			}
+			r.witnesses[id] = true
+		}
 	}
 	if d := leaseDuration(r.cfg, witness); d != r.lease.dur {
 		r.lease.dur, r.lease.until = d, time.Time{}

@@ -3,7 +3,9 @@
 // SIGHUP, or when a file changes), and the tls.Config each side builds from
 // the current copy. It also owns the rule that ties a peer certificate to a
 // member: the certificate must name the member (a DNS subject alternative
-// name, or the common name, equal to the member name).
+// name, or the common name, equal to the member name) and serve both ends
+// of a connection, and one that also carries the URI kvd-member:NAME is
+// vouched for as a member's even by a node that does not know NAME yet.
 //
 // Every tls.Config here picks the current material per handshake
 // (GetConfigForClient, GetCertificate, VerifyConnection), so a reload
@@ -19,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -244,25 +247,25 @@ func NewPeer(src *Source, minVersion uint16) (*Peer, error) {
 // Source is the material behind p (for reloads).
 func (p *Peer) Source() *Source { return p.src }
 
-// verify checks a peer's chain against the current CA for usage.
-func (p *Peer) verify(raw [][]byte, usage x509.ExtKeyUsage) error {
-	if len(raw) == 0 {
+// verify checks a peer's chain against the current CA for usage. It runs
+// as VerifyConnection, which unlike VerifyPeerCertificate also runs on a
+// resumed session: a ticket issued before a CA change must not let its
+// holder skip the check.
+func (p *Peer) verify(certs []*x509.Certificate, usage x509.ExtKeyUsage) error {
+	return verifyChain(certs, p.src.cur.Load().pool, usage)
+}
+
+// verifyChain checks that roots sign certs[0] (through certs[1:]) for usage.
+func verifyChain(certs []*x509.Certificate, roots *x509.CertPool, usage x509.ExtKeyUsage) error {
+	if len(certs) == 0 {
 		return errors.New("peer presented no certificate")
-	}
-	certs := make([]*x509.Certificate, len(raw))
-	for i, b := range raw {
-		c, err := x509.ParseCertificate(b)
-		if err != nil {
-			return fmt.Errorf("parse peer certificate: %w", err)
-		}
-		certs[i] = c
 	}
 	inter := x509.NewCertPool()
 	for _, c := range certs[1:] {
 		inter.AddCert(c)
 	}
 	_, err := certs[0].Verify(x509.VerifyOptions{
-		Roots: p.src.cur.Load().pool, Intermediates: inter,
+		Roots: roots, Intermediates: inter,
 		KeyUsages: []x509.ExtKeyUsage{usage},
 	})
 	if err != nil {
@@ -285,8 +288,11 @@ func (p *Peer) ServerConfig() *tls.Config {
 				// Verified below against the current pool; RequireAnyClientCert
 				// makes the handshake fail without one.
 				ClientAuth: tls.RequireAnyClientCert,
-				VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-					return p.verify(raw, x509.ExtKeyUsageClientAuth)
+				// Members do not resume sessions (the dialer keeps no
+				// cache); refusing tickets leaves no path around verify.
+				SessionTicketsDisabled: true,
+				VerifyConnection: func(cs tls.ConnectionState) error {
+					return p.verify(cs.PeerCertificates, x509.ExtKeyUsageClientAuth)
 				},
 			}, nil
 		},
@@ -304,27 +310,88 @@ func (p *Peer) ClientConfig() *tls.Config {
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			return p.src.cur.Load().cert, nil
 		},
-		// Chain verification happens in VerifyPeerCertificate against the
+		// Chain verification happens in VerifyConnection against the
 		// current CA; the host name is deliberately not checked (see Peer).
 		InsecureSkipVerify: true, //nolint:gosec // verified below
-		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			return p.verify(raw, x509.ExtKeyUsageServerAuth)
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			return p.verify(cs.PeerCertificates, x509.ExtKeyUsageServerAuth)
 		},
 	}
 }
 
-// CheckMember reports whether the verified certificate of a connection
-// names the member whose raft ID is id; idOf maps a member name to its ID
-// (the transport knows IDs, the certificates names).
+// ErrClientOnly is a peer certificate whose extended key usage does not
+// allow serving TLS: a member accepts connections as well as dialling
+// them, so its certificate serves both ends, and one issued for clients
+// only (kvd certs client) is a client's, whatever it names.
+var ErrClientOnly = errors.New("peer certificate is not a member's: its extended key usage lacks serverAuth")
+
+// CheckMember reports whether the verified certificate of a connection is a
+// member's (usable by servers and clients, see ErrClientOnly) and names the
+// member whose raft ID is id; idOf maps a member name to its ID (the
+// transport knows IDs, the certificates names).
 func CheckMember(state tls.ConnectionState, id uint64, idOf func(string) uint64) error {
 	if len(state.PeerCertificates) == 0 {
 		return errors.New("peer presented no certificate")
 	}
 	cert := state.PeerCertificates[0]
+	if !serves(cert) {
+		return fmt.Errorf("%w (it names %q)", ErrClientOnly, Names(cert))
+	}
 	for _, n := range Names(cert) {
 		if idOf(n) == id {
 			return nil
 		}
 	}
 	return fmt.Errorf("%w %x: it names %q", ErrWrongMember, id, Names(cert))
+}
+
+// serves reports whether cert may authenticate a TLS server: no extended
+// key usage (any use) or one listing serverAuth or any.
+func serves(cert *x509.Certificate) bool {
+	if len(cert.ExtKeyUsage) == 0 && len(cert.UnknownExtKeyUsage) == 0 {
+		return true
+	}
+	for _, u := range cert.ExtKeyUsage {
+		if u == x509.ExtKeyUsageServerAuth || u == x509.ExtKeyUsageAny {
+			return true
+		}
+	}
+	return false
+}
+
+// MemberScheme is the URI scheme of the subject alternative name that
+// vouches for a certificate as a member's: kvd-member:NAME.
+const MemberScheme = "kvd-member"
+
+// MemberURI is the subject alternative name kvd certs member writes into
+// the certificate of member name. The name is escaped: a member name may
+// hold '?', '#' or '%', which a URI reserves.
+func MemberURI(name string) *url.URL {
+	return &url.URL{Scheme: MemberScheme, Opaque: url.PathEscape(name)}
+}
+
+// memberOfURI is the member name a kvd-member URI vouches for.
+func memberOfURI(u *url.URL) (string, bool) {
+	if u.Scheme != MemberScheme || u.Opaque == "" {
+		return "", false
+	}
+	name, err := url.PathUnescape(u.Opaque)
+	return name, err == nil
+}
+
+// Vouched reports whether the connection's certificate carries the URI
+// kvd-member:NAME of the member whose raft ID is id. A node lets a sender
+// it does not count as a member through only if so (membership's
+// notMember): without the mark, any certificate of the peer CA that merely
+// names a stranger, a client's for one, could speak raft to it.
+func Vouched(state tls.ConnectionState, id uint64, idOf func(string) uint64) bool {
+	if len(state.PeerCertificates) == 0 {
+		return false
+	}
+	for _, u := range state.PeerCertificates[0].URIs {
+		if name, ok := memberOfURI(u); ok && idOf(name) == id {
+			return true
+		}
+	}
+	return false
 }

@@ -240,6 +240,7 @@ func TestCheckMember(t *testing.T) {
 		{"second DNS SAN names it", []*x509.Certificate{cert(testpki.Leaf{DNS: []string{"kvd.example", "m2"}})}, "m2", nil},
 		{"common name names it", []*x509.Certificate{cert(testpki.Leaf{CN: "m1"})}, "m1", nil},
 		{"another member", []*x509.Certificate{cert(testpki.Leaf{CN: "m1", DNS: []string{"m1"}})}, "m2", tlsconf.ErrWrongMember},
+		{"a client's, naming the member", []*x509.Certificate{cert(testpki.Leaf{CN: "m1", ClientOnly: true})}, "m1", tlsconf.ErrClientOnly},
 		{"no certificate", nil, "m1", errors.New("any")},
 	}
 	for _, tt := range tests {
@@ -248,13 +249,101 @@ func TestCheckMember(t *testing.T) {
 			switch {
 			case tt.wantErr == nil:
 				assert.NoError(t, err)
-			case errors.Is(tt.wantErr, tlsconf.ErrWrongMember):
-				assert.ErrorIs(t, err, tlsconf.ErrWrongMember)
+			case errors.Is(tt.wantErr, tlsconf.ErrWrongMember), errors.Is(tt.wantErr, tlsconf.ErrClientOnly):
+				assert.ErrorIs(t, err, tt.wantErr)
 			default:
 				assert.Error(t, err)
 			}
 		})
 	}
+}
+
+// TestVouched: only a kvd-member URI naming the sender vouches for it,
+// escaped member names included; what the certificate otherwise names
+// does not.
+func TestVouched(t *testing.T) {
+	ca := testpki.NewCA(t, "ca")
+	cert := func(l testpki.Leaf) []*x509.Certificate {
+		src, _ := source(t, ca, l)
+		return []*x509.Certificate{src.Leaf()}
+	}
+	tests := []struct {
+		name   string
+		certs  []*x509.Certificate
+		member string
+		want   bool
+	}{
+		{"marked", cert(testpki.Leaf{DNS: []string{"m1"}, URIs: []string{tlsconf.MemberURI("m1").String()}}), "m1", true},
+		{"marked, escaped name", cert(testpki.Leaf{DNS: []string{"m1"}, URIs: []string{tlsconf.MemberURI("a?b#c%d").String()}}), "a?b#c%d", true},
+		{"marked for another member", cert(testpki.Leaf{DNS: []string{"m1"}, URIs: []string{tlsconf.MemberURI("m2").String()}}), "m1", false},
+		{"named only", cert(testpki.Leaf{CN: "m1", DNS: []string{"m1"}}), "m1", false},
+		{"another scheme", cert(testpki.Leaf{DNS: []string{"m1"}, URIs: []string{"spiffe://example.org/m1"}}), "m1", false},
+		{"no certificate", nil, "m1", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, tlsconf.Vouched(tls.ConnectionState{PeerCertificates: tt.certs}, idOf(tt.member), idOf))
+		})
+	}
+}
+
+// TestResumedSessionReverified: a session cannot outlive the CA that
+// trusted it. The client ports keep tickets, and crypto/tls checks a
+// resumed client certificate against the current client CAs (which
+// GetConfigForClient gives per handshake); the peer port, whose check is
+// kvd's own VerifyConnection, issues no tickets at all.
+func TestResumedSessionReverified(t *testing.T) {
+	ca, next := testpki.NewCA(t, "ca"), testpki.NewCA(t, "next-ca")
+	srv, f := source(t, ca, testpki.Leaf{CN: "server", DNS: []string{"server"}})
+	_, cf := source(t, ca, testpki.Leaf{CN: "m2", DNS: []string{"m2"}})
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	cache := tls.NewLRUClientSessionCache(4)
+	clientCfg := func() *tls.Config {
+		return &tls.Config{RootCAs: pool, ServerName: "server", ClientSessionCache: cache,
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+				c, err := tls.LoadX509KeyPair(cf.Cert, cf.Key)
+				return &c, err
+			}}
+	}
+	for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+		server := srv.Server(v, tlsconf.RequireClientCert)
+		c := clientCfg()
+		c.MaxVersion = v
+		_, _, serr, cerr := handshake(t, server, c)
+		require.NoError(t, serr)
+		require.NoError(t, cerr)
+		sst, _, serr, cerr := handshake(t, server, c)
+		require.NoError(t, serr)
+		require.NoError(t, cerr)
+		require.True(t, sst.DidResume, "TLS %x: the second handshake resumes", v)
+	}
+
+	// The peer port issues no tickets: every handshake is a full one,
+	// verified against the CA of the day.
+	peer := newPeer(t, srv, tls.VersionTLS12).ServerConfig()
+	pc := clientCfg()
+	pc.InsecureSkipVerify = true //nolint:gosec // the peer server's name is not what this checks
+	for range 2 {
+		sst, _, serr, cerr := handshake(t, peer, pc)
+		require.NoError(t, serr)
+		require.NoError(t, cerr)
+		require.False(t, sst.DidResume, "a peer session was resumed")
+	}
+
+	// The client CA file now holds another CA: the client's certificate
+	// is no longer trusted, and neither is its session.
+	require.NoError(t, os.WriteFile(f.CA, next.PEM, 0o600))
+	changed, err := srv.Reload()
+	require.NoError(t, err)
+	require.True(t, changed)
+	for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+		c := clientCfg()
+		c.MaxVersion = v
+		_, _, serr, _ := handshake(t, srv.Server(v, tlsconf.RequireClientCert), c)
+		require.Error(t, serr, "TLS %x: a resumed session outlived the CA that trusted it", v)
+	}
+
 }
 
 // rewrite replaces the files of f with a new certificate from ca.

@@ -87,11 +87,15 @@ type Config struct {
 	// NotMember, when set, is asked about every sender whose handshake is
 	// otherwise acceptable. Refusing (refuse true) answers the handshake
 	// with "not a member" and applied, the index as of which the sender is
-	// not in the configuration, and closes the connection. kvd refuses only
-	// as the leader, whose applied configuration is the cluster's: a
-	// follower still catching up could otherwise refuse the very leader it
-	// needs to hear from.
-	NotMember func(from uint64) (applied uint64, refuse bool)
+	// not in the configuration, and closes the connection. vouched says
+	// whether anything speaks for a sender the configuration may not list
+	// yet: with peer TLS, a certificate marked kvd-member:NAME for it
+	// (tlsconf.Vouched); without peer TLS nothing proves anything, so
+	// every sender counts as vouched for. kvd's leader refuses every
+	// sender outside its applied configuration; a follower, which may be
+	// behind the configuration that added its new leader, only those
+	// nobody vouched for.
+	NotMember func(from uint64, vouched bool) (applied uint64, refuse bool)
 	// OnNotMember, when set, is called from the peer's writer goroutine
 	// when peer refused our connection as coming from a non-member, with
 	// the index it gave. It must not block. Whether that means this node

@@ -52,7 +52,7 @@ func (t *TCP) serveInbound(conn net.Conn) {
 		var me *memberError
 		switch {
 		case t.ctx.Err() != nil:
-		case errors.As(err, &me):
+		case errors.As(err, &me), errors.Is(err, errUnvouched):
 			t.logRefusal(remote, err)
 		case errors.Is(err, errNotMember):
 			// A removed member redials after every backoff until it
@@ -135,8 +135,10 @@ func (t *TCP) acceptHandshake(conn net.Conn, state *tls.ConnectionState) (hello,
 			resp.Status, status = statusWrongCert, statusWrongCert
 		}
 	}
+	vouched := true
 	if status == statusOK && t.cfg.NotMember != nil {
-		if applied, refuse := t.cfg.NotMember(h.From); refuse {
+		vouched = state == nil || t.tls.vouched(*state, h.From)
+		if applied, refuse := t.cfg.NotMember(h.From, vouched); refuse {
 			resp.Status, resp.Applied = statusNotMember, applied
 			status = statusNotMember
 		}
@@ -148,6 +150,9 @@ func (t *TCP) acceptHandshake(conn net.Conn, state *tls.ConnectionState) (hello,
 		return hello{}, certErr
 	}
 	if status == statusNotMember {
+		if !vouched {
+			return hello{}, fmt.Errorf("%w: %w: sender %d, as of applied index %d", errNotMember, errUnvouched, h.From, resp.Applied)
+		}
 		return hello{}, fmt.Errorf("%w: sender %d, as of applied index %d", errNotMember, h.From, resp.Applied)
 	}
 	if status != statusOK {

@@ -529,7 +529,7 @@ func TestTCPNotMemberRefusal(t *testing.T) {
 	var log2 logBuffer
 	rec1, rec2, rec3 := newRecorder(), newRecorder(), newRecorder()
 	cfg2 := fastConfig(7, 2, nil)
-	cfg2.NotMember = func(from uint64) (uint64, bool) { return 4242, from == 1 }
+	cfg2.NotMember = func(from uint64, _ bool) (uint64, bool) { return 4242, from == 1 }
 	t2 := newTCP(t, cfg2, rec2, newLogger(&log2))
 
 	type report struct{ peer, applied uint64 }
@@ -574,7 +574,7 @@ func TestTCPProbeDialsWithoutMessages(t *testing.T) {
 	checkNoLeak(t)
 	rec1, rec2, rec3 := newRecorder(), newRecorder(), newRecorder()
 	cfg2 := fastConfig(7, 2, nil)
-	cfg2.NotMember = func(from uint64) (uint64, bool) { return 77, from == 1 }
+	cfg2.NotMember = func(from uint64, _ bool) (uint64, bool) { return 77, from == 1 }
 	t2 := newTCP(t, cfg2, rec2, nil)
 	t3 := newTCP(t, fastConfig(7, 3, nil), rec3, nil)
 

@@ -91,6 +91,11 @@ func (s *peerTLS) checkMember(state tls.ConnectionState, id uint64) error {
 	return &memberError{claimed: id, names: names, err: err}
 }
 
+// vouched is tlsconf.Vouched with the transport's ID mapping.
+func (s *peerTLS) vouched(state tls.ConnectionState, id uint64) bool {
+	return tlsconf.Vouched(state, id, s.idOf)
+}
+
 // refusalLogInterval is how often the acceptor logs at warn one kind of TLS
 // refusal from one host; repeats in between go to debug. A misconfigured
 // member redials every backoff step (up to once a second) for as long as
@@ -160,6 +165,8 @@ func refusalKind(err error) string {
 		return "not TLS"
 	case errors.As(err, &me):
 		return me.Error()
+	case errors.Is(err, errUnvouched):
+		return "unvouched non-member"
 	case errors.As(err, &invalid):
 		return fmt.Sprintf("invalid certificate %d", invalid.Reason)
 	case errors.As(err, &unknown):
@@ -169,7 +176,8 @@ func refusalKind(err error) string {
 }
 
 // logRefusal logs an inbound connection refused for TLS (a failed TLS
-// handshake, or a certificate naming another member) at warn once per
+// handshake, a certificate that is not the claimed member's, or a
+// stranger's that nothing vouches for) at warn once per
 // refusalLogInterval per host and reason, at debug otherwise, and counts it.
 func (t *TCP) logRefusal(remote string, err error) {
 	t.tlsRefused.Add(1)
@@ -184,9 +192,14 @@ func (t *TCP) logRefusal(remote string, err error) {
 	switch {
 	case errors.As(err, &rh):
 		msg = "refused peer connection: plaintext or non-TLS peer (peer TLS is on here; is it configured on that member?)"
+	case errors.As(err, &me) && errors.Is(err, tlsconf.ErrClientOnly):
+		msg = "refused peer connection: its certificate is not a member's (issued for clients only)"
+		args = append(args, "claimed", me.claimed, "cert_names", me.names)
 	case errors.As(err, &me):
 		msg = "refused peer connection: its certificate does not name the member it claims to be"
 		args = append(args, "claimed", me.claimed, "cert_names", me.names)
+	case errors.Is(err, errUnvouched):
+		msg = "refused peer connection: not a member here, and its certificate does not vouch for it as one"
 	}
 	warn, suppressed := t.refusals.allow(host+"|"+refusalKind(err), time.Now())
 	args = append(args, "remote", remote, "err", err)

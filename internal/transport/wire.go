@@ -76,6 +76,12 @@ var errProtocol = errors.New("transport: peer protocol violation")
 // errNotMember marks a handshake refused because the sender is not a member.
 var errNotMember = errors.New("transport: not a member of the cluster")
 
+// errUnvouched is a not-member refusal of a sender whose peer certificate
+// does not vouch for it as a member (tlsconf.Vouched): with peer TLS on,
+// that is a certificate of the peer CA used for what it was not issued
+// for, worth a warning, where a removed member redialling is not.
+var errUnvouched = errors.New("its certificate is not marked as that member's (URI kvd-member:NAME)")
+
 // hello is the dialer's half of the handshake.
 type hello struct {
 	Version   uint16

@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -70,6 +71,11 @@ func NewCA(t testing.TB, name string) *CA {
 type Leaf struct {
 	CN  string
 	DNS []string
+	// URIs are URI subject alternative names ("kvd-member:n1").
+	URIs []string
+	// ClientOnly issues a client's certificate (clientAuth only), not a
+	// member's.
+	ClientOnly bool
 	// NotBefore and NotAfter, when set, replace the default validity (an
 	// expired certificate: both in the past).
 	NotBefore, NotAfter time.Time
@@ -92,15 +98,28 @@ func (ca *CA) Issue(t testing.TB, l Leaf) Pair {
 	if na.IsZero() {
 		na = time.Now().Add(24 * time.Hour)
 	}
+	usage := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	if l.ClientOnly {
+		usage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	}
+	var uris []*url.URL
+	for _, u := range l.URIs {
+		parsed, err := url.Parse(u)
+		if err != nil {
+			t.Fatalf("URI SAN %q: %v", u, err)
+		}
+		uris = append(uris, parsed)
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(serial.Add(1)),
+		URIs:         uris,
 		Subject:      pkix.Name{CommonName: l.CN},
 		DNSNames:     l.DNS,
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
 		NotBefore:    nb,
 		NotAfter:     na,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		ExtKeyUsage:  usage,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
 	if err != nil {
