@@ -5,11 +5,13 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -20,6 +22,13 @@ import (
 // so longer ones sharing them all match), and memory must not grow with
 // them. Past it, the memory starts over.
 const maxRemembered = 4096
+
+// maxWaiting bounds the checks queued for a bcrypt slot. Past it a check
+// fails at once: a flood of wrong passwords (every one of which costs a
+// full bcrypt) must not pile up goroutines and connections without end.
+// A pair already verified never queues, so a client that logged in before
+// the flood still does.
+const maxWaiting = 256
 
 // pairKey is the keyed digest of a (user, password) pair.
 type pairKey [sha256.Size]byte
@@ -38,8 +47,10 @@ type Store struct {
 	log  *slog.Logger
 	// salt keys the digests of remembered pairs; random per process.
 	salt [32]byte
-	// sem bounds the bcrypt runs at a time.
-	sem chan struct{}
+	// sem bounds the bcrypt runs at a time, and waiting the checks
+	// queued for it (see maxWaiting).
+	sem     chan struct{}
+	waiting atomic.Int64
 	// now is the clock of the failure log's rate limit, and compare is
 	// bcrypt's check (tests set both).
 	now     func() time.Time
@@ -200,7 +211,12 @@ func (s *Store) check(user, password string, remember *pairKey) bool {
 	if !known {
 		hash = creds.dummy
 	}
+	if s.waiting.Add(1) > maxWaiting {
+		s.waiting.Add(-1)
+		return false
+	}
 	s.sem <- struct{}{}
+	s.waiting.Add(-1)
 	err := s.compare(hash, []byte(password))
 	<-s.sem
 	ok := err == nil && known
@@ -217,12 +233,13 @@ func (s *Store) check(user, password string, remember *pairKey) bool {
 	return ok
 }
 
-// key is the keyed digest of user, a NUL and password: NUL cannot occur in
-// a user name, so no two pairs share the message.
+// key is the keyed digest of the length of user, user and password: the
+// length prefix keeps any two pairs apart, whatever bytes a login sends
+// (an HTTP Basic user name may hold a NUL).
 func (s *Store) key(user, password string) pairKey {
 	m := hmac.New(sha256.New, s.salt[:])
+	m.Write(binary.BigEndian.AppendUint64(nil, uint64(len(user))))
 	m.Write([]byte(user))
-	m.Write([]byte{0})
 	m.Write([]byte(password))
 	var k pairKey
 	m.Sum(k[:0])

@@ -3,6 +3,7 @@ package auth
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -262,4 +263,45 @@ func TestFailedIsRateLimited(t *testing.T) {
 	s.flushSuppressed(false)
 	assert.Contains(t, lb.String(), "authentication failures not logged one by one")
 	assert.Contains(t, lb.String(), "count=1")
+}
+
+// TestVerifyQueueBounded: while every bcrypt slot is busy, at most
+// maxWaiting checks queue for one; the rest fail at once rather than pile
+// up, and the queued ones still run.
+func TestVerifyQueueBounded(t *testing.T) {
+	s, _, _ := openTest(t, map[string]string{"alice": "secret"})
+	s.sem = make(chan struct{}, 1)
+	release := make(chan struct{})
+	var runs atomic.Int64
+	s.compare = func(hash, pw []byte) error {
+		runs.Add(1)
+		<-release
+		return bcrypt.CompareHashAndPassword(hash, pw)
+	}
+	var wg sync.WaitGroup
+	start := func(i int) { wg.Go(func() { assert.False(t, s.Verify("alice", fmt.Sprintf("guess%d", i))) }) }
+	start(0)
+	require.Eventually(t, func() bool { return runs.Load() == 1 }, 10*time.Second, time.Millisecond)
+	for i := range maxWaiting {
+		start(1 + i)
+	}
+	require.Eventually(t, func() bool { return s.waiting.Load() == maxWaiting }, 10*time.Second, time.Millisecond)
+	// The queue is full: these fail without waiting for a slot (were they
+	// to wait, this would block until release).
+	for i := range 20 {
+		assert.False(t, s.Verify("alice", fmt.Sprintf("late%d", i)))
+	}
+	close(release)
+	wg.Wait()
+	assert.EqualValues(t, 1+maxWaiting, runs.Load(), "every queued check ran bcrypt")
+	assert.True(t, s.Verify("alice", "secret"), "the queue drained")
+}
+
+// TestKeySeparatesPairs: no two user/password pairs share a cache key,
+// whatever bytes they hold.
+func TestKeySeparatesPairs(t *testing.T) {
+	s, _, _ := openTest(t, map[string]string{"alice": "secret"})
+	assert.NotEqual(t, s.key("a\x00b", "c"), s.key("a", "b\x00c"))
+	assert.NotEqual(t, s.key("ab", "c"), s.key("a", "bc"))
+	assert.Equal(t, s.key("a", "bc"), s.key("a", "bc"))
 }

@@ -1,16 +1,21 @@
 package cli
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
+
+	"github.com/kvd-project/kvd/internal/migrate"
 )
 
 // passwordEnv holds the password of --user NAME when NAME carries none.
@@ -183,16 +188,36 @@ func (a httpAuth) asClient() *http.Client {
 	return &c
 }
 
-// basicAuthTransport adds Basic credentials to each request.
+// basicAuthTransport adds Basic credentials to each request the command
+// makes, and to a redirect only if it stays on the same host and scheme:
+// net/http strips an Authorization header on a redirect to another host,
+// and credentials added below it must not undo that.
 type basicAuthTransport struct {
 	next           http.RoundTripper
 	user, password string
 }
 
 func (t basicAuthTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !sameOrigin(firstRequest(req), req) {
+		return t.next.RoundTrip(req)
+	}
 	req = req.Clone(req.Context()) // a RoundTripper must not change its request
 	req.SetBasicAuth(t.user, t.password)
 	return t.next.RoundTrip(req)
+}
+
+// firstRequest is the request a chain of redirects started from.
+func firstRequest(req *http.Request) *http.Request {
+	for req.Response != nil && req.Response.Request != nil {
+		req = req.Response.Request
+	}
+	return req
+}
+
+// sameOrigin reports whether b goes where a went: same host and port, and
+// not from https down to http.
+func sameOrigin(a, b *http.Request) bool {
+	return strings.EqualFold(a.URL.Host, b.URL.Host) && (a.URL.Scheme != "https" || b.URL.Scheme == "https")
 }
 
 // defaultScheme is the scheme of an address given without one: https when
@@ -202,4 +227,85 @@ func (s *clientSecurity) defaultScheme() string {
 		return "https"
 	}
 	return "http"
+}
+
+// memcacheDialer is how kvd import reaches kvd's memcache port: TCP, then
+// TLS if a TLS flag was given, then memcached's text login if --user was.
+// A refused login fails the dial with the server's answer, so the import
+// stops at its first connection saying why.
+func (s *clientSecurity) memcacheDialer() (migrate.Dialer, error) {
+	tc, err := s.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	user, password, login, err := s.credentials()
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		if tc != nil {
+			cfg := tc
+			if cfg.ServerName == "" {
+				cfg = tc.Clone()
+				cfg.ServerName, _, _ = net.SplitHostPort(addr)
+			}
+			t := tls.Client(c, cfg)
+			if err := t.HandshakeContext(ctx); err != nil {
+				c.Close()
+				return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
+			}
+			c = t
+		}
+		if login {
+			if err := memcacheLogin(ctx, c, user, password); err != nil {
+				c.Close()
+				return nil, fmt.Errorf("%s: %w", addr, err)
+			}
+		}
+		return c, nil
+	}, nil
+}
+
+// loginTimeout bounds the login exchange when ctx has no sooner deadline.
+const loginTimeout = 10 * time.Second
+
+// memcacheLogin sends memcached's text-protocol login, a set whose data is
+// "user password", and reads its one-line answer: STORED, or the error
+// that refused it.
+func memcacheLogin(ctx context.Context, c net.Conn, user, password string) error {
+	deadline := time.Now().Add(loginTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if err := c.SetDeadline(deadline); err != nil {
+		return err
+	}
+	defer c.SetDeadline(time.Time{})
+	cred := user + " " + password
+	if _, err := fmt.Fprintf(c, "set auth 0 0 %d\r\n%s\r\n", len(cred), cred); err != nil {
+		return fmt.Errorf("send login: %w", err)
+	}
+	// Byte by byte: nothing follows the answer, and a buffered reader
+	// would keep what the connection's next user must read.
+	var line []byte
+	var b [1]byte
+	for len(line) < 1024 {
+		if _, err := c.Read(b[:]); err != nil {
+			return fmt.Errorf("read login answer: %w", err)
+		}
+		if b[0] == '\n' {
+			break
+		}
+		line = append(line, b[0])
+	}
+	answer := strings.TrimSuffix(string(line), "\r")
+	if answer != "STORED" {
+		return fmt.Errorf("authentication as %q refused: %.200s", user, answer)
+	}
+	return nil
 }

@@ -205,3 +205,38 @@ func TestSnapshotSaveSendsCredentials(t *testing.T) {
 	require.NotContains(t, err.Error(), "authentication required")
 	require.NoFileExists(t, file)
 }
+
+// TestCredentialsStayOnTheirHost: --user credentials go with every request
+// the command makes and with a redirect on the same host, never with a
+// redirect to another host (which net/http would otherwise be told to
+// send them to by the transport that adds them).
+func TestCredentialsStayOnTheirHost(t *testing.T) {
+	seen := map[string]string{} // path -> Authorization header
+	record := func(w http.ResponseWriter, r *http.Request) { seen[r.Host+r.URL.Path] = r.Header.Get("Authorization") }
+	other := httptest.NewServer(http.HandlerFunc(record))
+	defer other.Close()
+	var self *httptest.Server
+	self = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/here":
+			http.Redirect(w, r, self.URL+"/landed", http.StatusTemporaryRedirect)
+		case "/away":
+			http.Redirect(w, r, other.URL+"/landed", http.StatusTemporaryRedirect)
+		default:
+			record(w, r)
+		}
+	}))
+	defer self.Close()
+
+	c := httpAuth{client: &http.Client{}, user: "app", password: "s3cret"}.asClient()
+	for _, path := range []string{"/direct", "/here", "/away"} {
+		resp, err := c.Get(self.URL + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	selfHost, otherHost := strings.TrimPrefix(self.URL, "http://"), strings.TrimPrefix(other.URL, "http://")
+	require.NotEmpty(t, seen[selfHost+"/direct"], "a request the command makes carries the credentials")
+	require.NotEmpty(t, seen[selfHost+"/landed"], "a redirect on the same host keeps them")
+	require.Contains(t, seen, otherHost+"/landed")
+	require.Empty(t, seen[otherHost+"/landed"], "a redirect to another host must not carry them")
+}

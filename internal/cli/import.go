@@ -21,6 +21,9 @@ type importOptions struct {
 	workers, batch              int
 	verify, json                bool
 	timeout, progress           time.Duration
+	// sec is how kvd (--to) is reached: TLS and --user. The memcached
+	// source is read in plain text, as memcached serves by default.
+	sec clientSecurity
 }
 
 // exportOptions are the flags of `kvd export`.
@@ -28,6 +31,7 @@ type exportOptions struct {
 	from, out         string
 	json              bool
 	timeout, progress time.Duration
+	sec               clientSecurity
 }
 
 // newMigrateCmds builds `kvd import` and `kvd export`.
@@ -37,7 +41,8 @@ func newMigrateCmds() []*cobra.Command {
 		Use:   "import",
 		Short: "Copy a live memcached's items, or an export file's, into kvd through its memcache protocol, then verify them",
 		Example: `  kvd import --from-memcached 10.0.0.5:11211 --to 127.0.0.1:11211
-  kvd import --from-file kvd-export.jsonl --to 127.0.0.1:11211 --json`,
+  kvd import --from-file kvd-export.jsonl --to 127.0.0.1:11211 --json
+  kvd import --from-memcached 10.0.0.5:11211 --to kvd1:11211 --cacert ca.crt --user app`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd) },
 	}
@@ -51,6 +56,8 @@ func newMigrateCmds() []*cobra.Command {
 	f.DurationVar(&o.timeout, "timeout", 0, "bound on the whole import (0: none)")
 	f.DurationVar(&o.progress, "progress-interval", 2*time.Second, "how often progress is printed to stderr")
 	f.BoolVar(&o.json, "json", false, "print a JSON summary on stdout")
+	o.sec.bind(f)
+	f.BoolVar(&o.sec.forceTLS, "tls", false, "speak TLS to kvd (implied by --cacert, --cert and --key)")
 	imp.MarkFlagsMutuallyExclusive("from-memcached", "from-file")
 	imp.MarkFlagsOneRequired("from-memcached", "from-file")
 
@@ -59,6 +66,7 @@ func newMigrateCmds() []*cobra.Command {
 		Use:   "export",
 		Short: "Write a consistent copy of kvd's items to a portable JSON Lines file (docs/backup.md, Export format)",
 		Example: `  kvd export --from http://127.0.0.1:11280 --out kvd-export.jsonl
+  kvd export --from https://kvd1:11280 --cacert ca.crt --user app --out kvd-export.jsonl
   kvd import --from-file kvd-export.jsonl --to other-kvd:11211`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return eo.run(cmd) },
@@ -69,6 +77,7 @@ func newMigrateCmds() []*cobra.Command {
 	ef.DurationVar(&eo.timeout, "timeout", 0, "bound on the whole export (0: none)")
 	ef.DurationVar(&eo.progress, "progress-interval", 2*time.Second, "how often progress is printed to stderr")
 	ef.BoolVar(&eo.json, "json", false, "print a JSON summary on stdout")
+	eo.sec.bind(ef)
 	_ = exp.MarkFlagRequired("out")
 	return []*cobra.Command{imp, exp}
 }
@@ -87,11 +96,15 @@ func (o *importOptions) run(cmd *cobra.Command) error {
 	} else {
 		src = &migrate.FileSource{Path: o.fromFile}
 	}
+	dial, err := o.sec.memcacheDialer()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := withTimeout(cmd.Context(), o.timeout)
 	defer cancel()
 	errOut := cmd.ErrOrStderr()
 	tty := isTerminal(errOut)
-	opts := migrate.Options{Source: src, To: o.to, Workers: o.workers, BatchItems: o.batch, Verify: o.verify,
+	opts := migrate.Options{Dial: dial, Source: src, To: o.to, Workers: o.workers, BatchItems: o.batch, Verify: o.verify,
 		ProgressEvery: o.progress, Progress: func(p migrate.Progress) { printImportProgress(errOut, tty, p) },
 		Logger: slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	if tty {
@@ -158,14 +171,21 @@ func printImportSummary(w io.Writer, asJSON bool, s migrate.Summary) error {
 
 func (o *exportOptions) run(cmd *cobra.Command) error {
 	endpoint := strings.TrimSpace(strings.Split(o.from, ",")[0])
+	if !cmd.Flags().Changed("from") && o.sec.wantsTLS() {
+		endpoint = strings.Replace(endpoint, "http://", "https://", 1)
+	}
 	if !strings.Contains(endpoint, "://") {
-		endpoint = "http://" + endpoint
+		endpoint = o.sec.defaultScheme() + "://" + endpoint
 	}
 	if !strings.HasPrefix(endpoint, "http://") && !strings.HasPrefix(endpoint, "https://") {
 		return fmt.Errorf("--from: %q is not an HTTP address (http://host:port)", o.from)
 	}
 	if o.out == "" {
 		return errors.New("export: --out FILE is required")
+	}
+	auth, err := o.sec.http()
+	if err != nil {
+		return err
 	}
 	ctx, cancel := withTimeout(cmd.Context(), o.timeout)
 	defer cancel()
@@ -175,7 +195,7 @@ func (o *exportOptions) run(cmd *cobra.Command) error {
 	if tty {
 		every = 200 * time.Millisecond
 	}
-	sum, err := migrate.Export(ctx, migrate.ExportOptions{Endpoint: endpoint, Out: o.out, ProgressEvery: every,
+	sum, err := migrate.Export(ctx, migrate.ExportOptions{Endpoint: endpoint, Client: auth.asClient(), Out: o.out, ProgressEvery: every,
 		Progress: func(items, bytes uint64, d time.Duration) {
 			rate := float64(bytes) / 1e6 / max(d.Seconds(), 1e-9)
 			if tty {

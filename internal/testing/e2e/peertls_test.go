@@ -1,14 +1,24 @@
 package e2e
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	raftpb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/kvd-project/kvd/internal/membership"
 	"github.com/kvd-project/kvd/internal/testing/kvdproc"
 	"github.com/kvd-project/kvd/internal/testing/testpki"
+	"github.com/kvd-project/kvd/internal/tlsconf"
+	"github.com/kvd-project/kvd/internal/transport"
 )
 
 // TestPeerTLSCluster runs three members that speak mutual TLS to each
@@ -75,3 +85,90 @@ func TestPeerTLSCluster(t *testing.T) {
 	_, err = c.Get("while-refused")
 	require.Error(t, err, "the refused member served a write it could not have received")
 }
+
+// TestPeerTLSRefusesStrangers: certificates the peer CA signed for
+// anything but a member cannot speak raft to any member, follower or
+// leader (issue #47). An intruder that knows the cluster ID dials each
+// member with a client's certificate (one naming a member, one naming
+// itself) and with a server+client certificate naming itself but not
+// marked kvd-member:NAME, and sends heartbeats of a far higher term: every
+// member refuses it at the handshake, warns, counts it, and the cluster's
+// term and leader stay as they were.
+func TestPeerTLSRefusesStrangers(t *testing.T) {
+	ca := testpki.NewCA(t, "kvd-peer-ca")
+	dir := t.TempDir()
+	files := map[string]testpki.Files{}
+	for _, name := range []string{"n1", "n2", "n3"} {
+		files[name] = testpki.WriteFiles(t, dir, name, ca, ca.Issue(t, testpki.Leaf{DNS: []string{name},
+			URIs: []string{tlsconf.MemberURI(name).String()}}))
+	}
+	procs := kvdproc.StartClusterEach(t, 3, func(name string) []string {
+		f := files[name]
+		return []string{"--peer-cert-file", f.Cert, "--peer-key-file", f.Key, "--peer-trusted-ca-file", f.CA}
+	})
+	setUntilOK(t, procs[0].MemcacheAddr, "before", "v1", 10*time.Second)
+	lead := leaderOf(t, procs)
+	before := clusterStatus(t, procs[lead])
+
+	raw, err := os.ReadFile(filepath.Join(procs[0].DataDir, membership.FileName))
+	require.NoError(t, err)
+	var file membership.File
+	require.NoError(t, json.Unmarshal(raw, &file))
+
+	intruders := []struct {
+		name string // the member it claims to be
+		leaf testpki.Leaf
+		want string // what each member logs
+	}{
+		{"client", testpki.Leaf{CN: "client", ClientOnly: true}, "its certificate is not a member's"},
+		{"n4", testpki.Leaf{CN: "n4", DNS: []string{"n4"}, ClientOnly: true}, "its certificate is not a member's"},
+		{"intruder", testpki.Leaf{CN: "intruder", DNS: []string{"intruder"}}, "its certificate does not vouch for it"},
+	}
+	for _, in := range intruders {
+		f := testpki.WriteFiles(t, t.TempDir(), in.name, ca, ca.Issue(t, in.leaf))
+		src, err := tlsconf.Load(tlsconf.Files{Cert: f.Cert, Key: f.Key, CA: f.CA}, nil)
+		require.NoError(t, err)
+		peer, err := tlsconf.NewPeer(src, 0)
+		require.NoError(t, err)
+		self := uint64(membership.IDOf(in.name))
+		peers := map[uint64]string{}
+		for _, m := range file.Members {
+			peers[m.ID] = m.PeerAddr
+		}
+		tr, err := transport.NewTCP(transport.Config{
+			ClusterID: file.ClusterID, LocalID: self, ListenAddr: "127.0.0.1:0", Peers: peers,
+			TLS: peer, IDOf: func(n string) uint64 { return uint64(membership.IDOf(n)) },
+		}, nopHandler{}, slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		tr.Start()
+		for range 20 {
+			var msgs []*raftpb.Message
+			for id := range peers {
+				msgs = append(msgs, &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), From: proto.Uint64(self), To: proto.Uint64(id), Term: proto.Uint64(before.Term + 100)})
+			}
+			tr.Send(msgs)
+			time.Sleep(50 * time.Millisecond)
+		}
+		require.NoError(t, tr.Close())
+		for _, p := range procs {
+			waitLog(t, p, in.want, 5*time.Second)
+		}
+	}
+
+	after := clusterStatus(t, procs[lead])
+	require.Equal(t, before.Term, after.Term, "an intruder's heartbeat moved the term")
+	require.Equal(t, before.Leader, after.Leader)
+	for _, p := range procs {
+		require.Equal(t, before.Term, clusterStatus(t, p).Term, "term on %s", p.Name)
+		require.NotContains(t, p.Log.String(), fmt.Sprintf("to=%d", membership.IDOf("intruder")), "%s took the intruder for its leader", p.Name)
+		require.GreaterOrEqual(t, metricValue(t, p.HTTPAddr, "kvd_raft_peer_tls_refused_total"), float64(len(intruders)), "refusals counted on %s", p.Name)
+	}
+	setUntilOK(t, procs[lead].MemcacheAddr, "after", "v2", 10*time.Second)
+}
+
+// nopHandler takes nothing: no member ever answers an intruder.
+type nopHandler struct{}
+
+func (nopHandler) Step(context.Context, *raftpb.Message) error { return nil }
+func (nopHandler) ReportUnreachable(uint64)                    {}
+func (nopHandler) ReportSnapshot(uint64, bool)                 {}
