@@ -242,7 +242,8 @@ type Command struct {
 	// ReqID correlates the entry with the proposer's waiting request; unique
 	// per proposal across the cluster's lifetime.
 	ReqID uint64
-	// Stamp is the proposer's wall clock in Unix nanoseconds. Apply uses it,
+	// Stamp is the cluster's time in Unix nanoseconds: the proposer's, then
+	// the leader's as it appends the entry (SetStamp). Apply uses it,
 	// never its own clock, for every time decision.
 	Stamp int64
 
@@ -510,6 +511,26 @@ func PeekOp(data []byte) (op Op, ok bool) {
 	op = Op(data[1])
 	_, ok = opNames[op]
 	return op, ok
+}
+
+// StampOf returns the stamp of entry bytes data without decoding the rest,
+// and false for bytes whose header Decode would refuse.
+func StampOf(data []byte) (int64, bool) {
+	if _, ok := PeekOp(data); !ok {
+		return 0, false
+	}
+	return int64(binary.BigEndian.Uint64(data[10:])), true
+}
+
+// SetStamp overwrites the stamp of entry bytes data in place: the leader's
+// clock replaces the proposer's (package clusterclock). It reports false,
+// leaving data alone, for bytes whose header Decode would refuse.
+func SetStamp(data []byte, stamp int64) bool {
+	if _, ok := PeekOp(data); !ok {
+		return false
+	}
+	binary.BigEndian.PutUint64(data[10:], uint64(stamp))
+	return true
 }
 
 // Decode parses entry bytes into c. Key, Value, Expired and Accessed keys alias data, so

@@ -186,3 +186,26 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestSetStamp: the leader's stamp replaces the proposer's in place, and
+// Decode reads it; bytes Decode would refuse are left alone.
+func TestSetStamp(t *testing.T) {
+	data, err := Encode(nil, &Command{Op: OpSet, ReqID: 7, Stamp: 100, Key: []byte("k"), Value: []byte("v")})
+	require.NoError(t, err)
+	st, ok := StampOf(data)
+	require.True(t, ok)
+	require.Equal(t, int64(100), st)
+	require.True(t, SetStamp(data, 12345))
+	var c Command
+	require.NoError(t, Decode(data, &c))
+	require.Equal(t, int64(12345), c.Stamp)
+	require.Equal(t, uint64(7), c.ReqID)
+	require.Equal(t, "v", string(c.Value))
+	for _, bad := range [][]byte{nil, {Version}, {0, byte(OpSet), 1, 2}, make([]byte, headerLen)} {
+		before := append([]byte(nil), bad...)
+		require.False(t, SetStamp(bad, 1))
+		require.Equal(t, before, bad)
+		_, ok := StampOf(bad)
+		require.False(t, ok)
+	}
+}

@@ -26,6 +26,16 @@
 // process receives SIGUSR1, so that a harness can restart a node armed and
 // fire it only once the node has the role it wants (say, after a
 // leadership transfer).
+//
+// # Clock
+//
+// With KVD_CLOCK_OFFSET_FILE=PATH the wall clock the node reads through
+// Now (the clock it stamps the log with and falls back on; see package
+// clusterclock) is shifted by the duration PATH holds ("5s", "-3s"; empty
+// or missing: none), re-read every 50ms: a harness skews one member's
+// clock, or makes it jump, by writing the file. Monotonic time, which
+// measures timeouts, is not shifted, as a real clock step does not shift
+// it either.
 package failpoint
 
 import (
@@ -41,6 +51,8 @@ import (
 const (
 	EnvVar    = "KVD_FAILPOINTS"
 	ArmEnvVar = "KVD_FAILPOINTS_ARM"
+	// ClockEnvVar names the file of the wall clock's offset.
+	ClockEnvVar = "KVD_CLOCK_OFFSET_FILE"
 	// ArmOnUSR1 is the one value ArmEnvVar takes.
 	ArmOnUSR1 = "usr1"
 )

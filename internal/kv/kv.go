@@ -116,8 +116,10 @@ type flushCrawl struct {
 	readFrom uint64
 }
 
-// New builds the service. now is the proposer's clock (time.Now in
-// production); apply never reads a clock, it uses the stamp taken here.
+// New builds the service. now is the cluster's time (clusterclock: the
+// leader's clock carried in the log), which reads and the expiry sweeper
+// judge by and proposals carry until the leader stamps them; apply never
+// reads a clock, it uses the stamp.
 func New(cfg Config, r Replica, store Store, logger *slog.Logger, now func() time.Time) *Service {
 	s := &Service{cfg: cfg, r: r, store: store, logger: logger, now: now}
 	var seed [8]byte
@@ -161,7 +163,8 @@ func (s *Service) Submit(ctx context.Context, c *command.Command) (*Call, error)
 			return nil, fmt.Errorf("%w: %s needs cluster version %d, the cluster is at %d", ErrClusterVersion, c.Op, need, cv)
 		}
 	}
-	deadline := s.now().Add(s.cfg.RequestTimeout)
+	// The request timeout is this host's elapsed time, not the cluster's.
+	deadline := time.Now().Add(s.cfg.RequestTimeout)
 	c.ReqID = s.nextID.Add(1)
 	if c.ReqID == 0 {
 		c.ReqID = s.nextID.Add(1)

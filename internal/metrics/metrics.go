@@ -61,6 +61,9 @@ type Sources struct {
 	LogSync *SyncObserver
 	// Cluster, when set, adds snapshot and peer metrics.
 	Cluster *ClusterSource
+	// ClockSkew, when set, backs kvd_clock_skew_seconds
+	// (clusterclock.Clock.Skew).
+	ClockSkew func() time.Duration
 }
 
 // FsyncBuckets are the buckets of kvd_raft_log_fsync_duration_seconds: 50µs
@@ -144,6 +147,13 @@ func New(src Sources) *Registry {
 	}
 	if src.Cluster != nil {
 		r.reg.MustRegister(newClusterCollector(*src.Cluster))
+	}
+	if src.ClockSkew != nil {
+		r.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "clock_skew_seconds",
+			Help: "The latest applied log stamp (the leader's clock) minus this member's clock when it was applied: positive when this member's clock is behind. " +
+				"Expiry follows the log's time within 30s of skew; past that the member's own clock, so alert well before. After a restart it reads the replayed log's age until the next write.",
+		}, func() float64 { return src.ClockSkew().Seconds() }))
 	}
 	return r
 }

@@ -22,8 +22,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvd-project/kvd/internal/clusterclock"
 	"github.com/kvd-project/kvd/internal/command"
 	"github.com/kvd-project/kvd/internal/config"
+	"github.com/kvd-project/kvd/internal/failpoint"
 	"github.com/kvd-project/kvd/internal/fsm"
 	"github.com/kvd-project/kvd/internal/httpapi"
 	"github.com/kvd-project/kvd/internal/kv"
@@ -46,6 +48,9 @@ type Node struct {
 	log   *raftlog.Log
 	state *fsm.FSM
 	rep   *replica.Replica
+	// clock is the cluster's time: what reads and expiry are judged by,
+	// and, as leader, what this node stamps the log with.
+	clock *clusterclock.Clock
 	kv    *kv.Service
 	// memcache gives requests their meaning; mc is its listener.
 	memcache *memcache.Service
@@ -78,7 +83,7 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
-	n = &Node{cfg: cfg, logger: logger, serveErr: make(chan error, 2)}
+	n = &Node{cfg: cfg, logger: logger, serveErr: make(chan error, 2), clock: clusterclock.New(failpoint.Now)}
 	// Every failure below returns nil for n: the cleanup holds its own copy.
 	built := n
 	defer func() {
@@ -179,6 +184,8 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		// Asked only once the loop runs, after members is set below. Not
 		// through n, which a failed start sets to nil while the loop runs.
 		IsWitness: func(id replica.NodeID) bool { return built.members.IsWitness(id) },
+		// Only the leader's clock stamps the log (clusterclock).
+		Stamp: func(data []byte) { command.SetStamp(data, n.clock.Stamp()) },
 	}
 	// Who the members are: cluster.json, written at the first start (from
 	// --initial-cluster, or from the answer to --join).
@@ -198,7 +205,7 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 	for _, v := range ms.BootstrapVoters() {
 		rcfg.Peers = append(rcfg.Peers, replica.NodeID(v))
 	}
-	n.rep, err = replica.New(rcfg, n.log, fsmAdapter{f: n.state, dataDir: cfg.DataDir}, logger.With("component", "replica"))
+	n.rep, err = replica.New(rcfg, n.log, fsmAdapter{f: n.state, dataDir: cfg.DataDir, clock: n.clock}, logger.With("component", "replica"))
 	if err != nil {
 		return nil, fmt.Errorf("open replica: %w", err)
 	}
@@ -228,7 +235,7 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 		RequestTimeout:  cfg.RequestTimeout,
 		MaxItemSize:     int(cfg.MaxItemSize),
 		ReadConsistency: level,
-	}, n.rep, n.state, logger.With("component", "kv"), time.Now)
+	}, n.rep, n.state, logger.With("component", "kv"), n.clock.Now)
 	var sweepCtx context.Context
 	sweepCtx, n.stopSweep = context.WithCancel(context.Background())
 	// Refuse writes politely while the disk is nearly full: a write the
@@ -286,7 +293,8 @@ func StartContext(ctx context.Context, cfg config.Config, logger *slog.Logger) (
 			Snapshots: n.rep.SnapshotStats,
 			Peers:     n.members.PeerStats,
 			PeerName:  func(id uint64) string { m, _ := n.members.Member(kv.NodeID(id)); return m.Name },
-		}})
+		},
+		ClockSkew: n.clock.Skew})
 	var handler http.Handler = httpapi.New(n.kv, logger.With("component", "http"), httpapi.Options{
 		Self:      httpapi.MemberInfo{Name: cfg.Name, PeerAddr: adv.Peer, HTTPAddr: adv.HTTP, MemcacheAddr: adv.Memcache, Witness: witness},
 		Directory: n.members,
@@ -445,6 +453,8 @@ type fsmAdapter struct {
 	f *fsm.FSM
 	// dataDir is where the transport stages received snapshots.
 	dataDir string
+	// clock learns the cluster's time from the stamps applied.
+	clock *clusterclock.Clock
 }
 
 // Apply hands the entries to the state machine, a configuration change as
@@ -453,13 +463,20 @@ type fsmAdapter struct {
 // requests.
 func (a fsmAdapter) Apply(ents []replica.Entry) ([]command.Result, error) {
 	in := make([]fsm.Entry, len(ents))
+	var stamp int64
 	for i, e := range ents {
 		in[i] = fsm.Entry{Index: e.Index, Data: e.Data}
 		if e.Conf != nil {
 			in[i].Member = memberChange(e.Conf)
+		} else if st, ok := command.StampOf(e.Data); ok {
+			stamp = max(stamp, st)
 		}
 	}
-	return a.f.Apply(in)
+	res, err := a.f.Apply(in)
+	if err == nil && a.clock != nil { // nil in tests of the stack alone
+		a.clock.Observe(stamp)
+	}
+	return res, err
 }
 
 func (a fsmAdapter) AppliedIndex() uint64  { return a.f.AppliedIndex() }

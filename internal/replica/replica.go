@@ -162,6 +162,11 @@ type Config struct {
 	// any voter but never asks for votes, and ignores a leadership
 	// transfer's order to campaign, so it is never leader (docs/witness.md).
 	Witness bool
+	// Stamp, when set, is given the data of every normal entry this node
+	// appends as leader, proposed here or forwarded by a follower, before
+	// raft takes it, to write in place the leader's time (clusterclock):
+	// so only the leader's clock stamps the log.
+	Stamp func(data []byte)
 	// IsWitness, when set, says which members are witnesses: a leader never
 	// hands leadership to one, and a member never grants one its vote.
 	IsWitness func(NodeID) bool
@@ -881,6 +886,7 @@ func (r *Replica) flushProposals() {
 	for i, p := range r.batch {
 		ents[i] = &pb.Entry{Data: p.data}
 	}
+	r.stampAsLeader(ents)
 	err := r.rn.Step(&pb.Message{Type: pb.MsgProp.Enum(), From: new(uint64(r.cfg.ID)), Entries: ents})
 	if err != nil {
 		if errors.Is(err, raft.ErrProposalDropped) {
@@ -908,8 +914,25 @@ func (r *Replica) step(m *pb.Message) {
 	if r.refusesVote(m) || r.refusesWitness(m) {
 		return
 	}
+	if m.GetType() == pb.MsgProp {
+		r.stampAsLeader(m.Entries) // a follower's forwarded proposal
+	}
 	if err := r.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
 		r.logger.Debug("step message", "from", m.GetFrom(), "type", m.GetType().String(), "err", err)
+	}
+}
+
+// stampAsLeader gives Config.Stamp the normal entries of a proposal this
+// node is about to append as leader. A follower's proposals go to the
+// leader unstamped by it; a proposal raft drops is stamped for nothing.
+func (r *Replica) stampAsLeader(ents []*pb.Entry) {
+	if r.cfg.Stamp == nil || r.rn.BasicStatus().RaftState != raft.StateLeader {
+		return
+	}
+	for _, e := range ents {
+		if e.GetType() == pb.EntryNormal {
+			r.cfg.Stamp(e.Data)
+		}
 	}
 }
 

@@ -133,6 +133,7 @@ type Proc struct {
 	Log          *syncbuf.Buffer
 	exited       chan struct{}
 	extra        []string
+	opts         launchOpts // a restart runs the same binary with the same environment
 	// Scheme is "https" when the node's listeners speak TLS (--cert-file
 	// among its flags), and Client trusts its CA: see secureClient.
 	Scheme string
@@ -223,14 +224,29 @@ func serveArgs(dataDir, name string, extra []string) []string {
 // errPortTaken so that callers choosing ports can retry.
 func launch(t testing.TB, dataDir, name string, extra ...string) (*Proc, error) {
 	t.Helper()
+	return launchWith(t, launchOpts{}, dataDir, name, extra...)
+}
+
+// launchOpts are what a cluster's members may differ in beyond flags.
+type launchOpts struct {
+	bin string   // the kvd to run; "" is Binary's
+	env []string // KEY=value added to the environment
+}
+
+func launchWith(t testing.TB, o launchOpts, dataDir, name string, extra ...string) (*Proc, error) {
+	t.Helper()
 	args := serveArgs(dataDir, name, extra)
-	p := &Proc{t: t, Name: name, DataDir: dataDir, Log: &syncbuf.Buffer{}, exited: make(chan struct{}), extra: extra}
+	p := &Proc{t: t, Name: name, DataDir: dataDir, Log: &syncbuf.Buffer{}, exited: make(chan struct{}), extra: extra, opts: o}
 	var err error
 	if p.Scheme, p.Client, err = secureClient(extra); err != nil {
 		return nil, err
 	}
-	p.cmd = exec.Command(Binary(t), args...)
-	p.cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
+	bin := o.bin
+	if bin == "" {
+		bin = Binary(t)
+	}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Env = append(append(os.Environ(), "GORACE=halt_on_error=1"), o.env...)
 	p.cmd.Stderr = p.Log
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
@@ -291,10 +307,22 @@ func StartCluster(t testing.TB, n int, extra ...string) []*Proc {
 // say).
 func StartClusterEach(t testing.TB, n int, each func(name string) []string, extra ...string) []*Proc {
 	t.Helper()
+	return startClusterRetrying(t, n, launchOpts{}, nil, each, extra...)
+}
+
+// StartFailpointCluster is StartCluster on FailpointBinary, with env(name)
+// added to each member's environment (KVD_CLOCK_OFFSET_FILE, say).
+func StartFailpointCluster(t testing.TB, n int, env func(name string) []string, extra ...string) []*Proc {
+	t.Helper()
+	return startClusterRetrying(t, n, launchOpts{bin: FailpointBinary(t)}, env, nil, extra...)
+}
+
+func startClusterRetrying(t testing.TB, n int, o launchOpts, env, each func(name string) []string, extra ...string) []*Proc {
+	t.Helper()
 	// Peer ports are picked free and bound only later by kvd, so a parallel
 	// test can take one in between: start the cluster again on new ports.
 	for attempt := 1; ; attempt++ {
-		procs, err := startCluster(t, n, each, extra...)
+		procs, err := startCluster(t, n, o, env, each, extra...)
 		if err == nil {
 			for _, p := range procs {
 				p.WaitReady()
@@ -308,7 +336,7 @@ func StartClusterEach(t testing.TB, n int, each func(name string) []string, extr
 	}
 }
 
-func startCluster(t testing.TB, n int, each func(string) []string, extra ...string) ([]*Proc, error) {
+func startCluster(t testing.TB, n int, o launchOpts, env, each func(string) []string, extra ...string) ([]*Proc, error) {
 	t.Helper()
 	var members []string
 	for i := 1; i <= n; i++ {
@@ -322,7 +350,11 @@ func startCluster(t testing.TB, n int, each func(string) []string, extra ...stri
 		if each != nil {
 			args = append(args, each(name)...)
 		}
-		p, err := launch(t, filepath.Join(t.TempDir(), name), name, args...)
+		mo := o
+		if env != nil {
+			mo.env = env(name)
+		}
+		p, err := launchWith(t, mo, filepath.Join(t.TempDir(), name), name, args...)
 		if err != nil {
 			for _, q := range procs {
 				q.Kill()
@@ -490,7 +522,7 @@ func (p *Proc) Stop() {
 // waits until it is ready.
 func (p *Proc) Restart() *Proc {
 	p.t.Helper()
-	q := Launch(p.t, p.DataDir, p.Name, p.extra...)
+	q := p.RelaunchWith()
 	q.WaitReady()
 	return q
 }
@@ -499,7 +531,7 @@ func (p *Proc) Restart() *Proc {
 // not expected to reach a quorum.
 func (p *Proc) Relaunch() *Proc {
 	p.t.Helper()
-	return Launch(p.t, p.DataDir, p.Name, p.extra...)
+	return p.RelaunchWith()
 }
 
 // RelaunchWith is Relaunch with more flags after p's: a start with a
@@ -507,7 +539,11 @@ func (p *Proc) Relaunch() *Proc {
 // out again.
 func (p *Proc) RelaunchWith(more ...string) *Proc {
 	p.t.Helper()
-	return Launch(p.t, p.DataDir, p.Name, append(slices.Clone(p.extra), more...)...)
+	q, err := launchWith(p.t, p.opts, p.DataDir, p.Name, append(slices.Clone(p.extra), more...)...)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return q
 }
 
 // RunAgain runs `kvd serve` once more on p's data dir with p's flags, for a
