@@ -176,6 +176,22 @@ func (m *mcConn) store(verb, key, value string, token uint64) (string, error) {
 	return "", fmt.Errorf("%w: %s reply %q", errProtocol, verb, l)
 }
 
+// storeTTL runs set with a relative lifetime of exptime seconds and
+// returns the reply word (the expiry probe's set, expiry.go).
+func (m *mcConn) storeTTL(key, value string, exptime int) (string, error) {
+	if err := m.exchange(fmt.Sprintf("set %s 0 %d %d\r\n%s\r\n", key, exptime, len(value), value)); err != nil {
+		return "", err
+	}
+	l, err := m.line()
+	if err != nil {
+		return "", err
+	}
+	if l != "STORED" && l != "NOT_STORED" {
+		return "", fmt.Errorf("%w: set reply %q", errProtocol, l)
+	}
+	return l, nil
+}
+
 func (m *mcConn) delete(key string) (string, error) {
 	if err := m.exchange("delete " + key + "\r\n"); err != nil {
 		return "", err

@@ -20,6 +20,13 @@ type Env struct {
 	// pauseLeader, isolate): the vacuity check looks for their effect.
 	Target *Node
 	Killed []*Node
+	// Marks are lines the target's log must have by heal (effectLogged):
+	// a failpoint armed, a clock offset taken.
+	Marks []string
+	// ClockAhead is how far the cluster's time may legitimately run ahead
+	// of the harness's clock: a member whose clock was that far ahead led
+	// (clock-skew). The expiry probe's judge allows for it.
+	ClockAhead time.Duration
 }
 
 // Fault is one kind of failure. Inject starts it and returns the function
@@ -36,6 +43,8 @@ type Fault struct {
 	// fault (e.g. small compaction settings); -kvd-args come after them and
 	// win.
 	Args []string
+	// ExpiryProbe runs the expiry probe (expiry.go) alongside traffic.
+	ExpiryProbe bool
 	// Inject starts the fault. It may look up the leader (and fail if none
 	// shows up in time).
 	Inject func(ctx context.Context, e *Env) (heal func(ctx context.Context) error, err error)
@@ -50,6 +59,12 @@ func Faults() []Fault {
 		{Name: "kill-follower", Topologies: manyNodes, Inject: killOne(false)},
 		{Name: "kill-all", Topologies: anyTopology, Inject: killAll},
 		{Name: "pause-leader", Topologies: anyTopology, Inject: pauseLeader},
+		// The same pause with kvd's read lease on every node: the pause
+		// (at least three election timeouts, 1.5s) outlasts the lease
+		// (360ms with DefaultTiming, TestPauseOutlastsTheLease), so the
+		// leader wakes with its lease expired and a stale lease read is a
+		// linearizability violation.
+		{Name: "pause-leader-lease", Topologies: anyTopology, Args: leaseArgs, Inject: pauseLeader},
 		{Name: "partition-leader", Topologies: manyNodes, Inject: isolate(true)},
 		{Name: "partition-follower", Topologies: manyNodes, Inject: isolate(false)},
 		{Name: "cut-leader-outbound", Topologies: manyNodes, Inject: oneWay(true)},
@@ -58,7 +73,20 @@ func Faults() []Fault {
 		{Name: "reset-peers", Topologies: manyNodes, Inject: resetPeers},
 	}
 	faults = append(faults, clusterFaults()...)
-	return append(faults, failpointFaults()...)
+	faults = append(faults, failpointFaults()...)
+	return append(faults, clockFaults...)
+}
+
+// leaseArgs: reads through kvd's read lease (internal/replica/lease.go).
+var leaseArgs = []string{"--read-consistency", "lease"}
+
+// clockFaults need a failpoint build (NeedsFailpoints). clock-skew skips a
+// single node: restarting it stops the cluster's time while it is down
+// when its clock is behind (nothing stamps), which is the design, not what
+// this fault tests.
+var clockFaults = []Fault{
+	{Name: "clock-skew", Topologies: manyNodes, ExpiryProbe: true, Inject: clockSkew},
+	{Name: "slow-disk", Topologies: anyTopology, Inject: slowDisk},
 }
 
 // Topology sets of the registry.

@@ -76,6 +76,11 @@ func NeedsFailpoints(f Fault) bool {
 			return true
 		}
 	}
+	for _, c := range clockFaults {
+		if c.Name == f.Name {
+			return true
+		}
+	}
 	return false
 }
 
@@ -272,6 +277,28 @@ func lastLaunch(path string) string {
 		s = s[i:]
 	}
 	return s
+}
+
+// lastLaunchesSince returns the part of a node's log written by its
+// launches after the first `starts` of them (all of it for 0).
+func lastLaunchesSince(path string, starts int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	const banner = "==== robustness: start"
+	for range starts {
+		i := strings.Index(s, banner)
+		if i < 0 {
+			return ""
+		}
+		s = s[i+len(banner):]
+	}
+	if i := strings.Index(s, banner); i >= 0 {
+		return s[i:]
+	}
+	return ""
 }
 
 // signalNode sends sig to n's process.

@@ -198,8 +198,10 @@ type runSummary struct {
 	Divergent []string       `json:"divergent,omitempty"`
 	Undecided []UndecidedKey `json:"undecided_keys,omitempty"`
 	Vacuous   []string       `json:"vacuous,omitempty"`
-	Failures  []string       `json:"failures,omitempty"`
-	Artifacts string         `json:"artifacts,omitempty"`
+	// Expiry: the expiry probe's result, for faults that run it.
+	Expiry    *ExpiryResult `json:"expiry,omitempty"`
+	Failures  []string      `json:"failures,omitempty"`
+	Artifacts string        `json:"artifacts,omitempty"`
 }
 
 func TestRobustness(t *testing.T) {
@@ -235,7 +237,7 @@ func TestRobustness(t *testing.T) {
 			s := runSummary{Seed: p.seed, Fault: p.fault.Name, Topology: p.topo.String(), Ops: res.Stats.Ops,
 				Unknown: res.Stats.Unknown, FailedReads: res.Stats.FailedReads, Porcupine: string(res.Verdict.Result),
 				Outcome: res.Outcome(), Phases: res.Phases, Illegal: res.Verdict.IllegalKeys, Lost: res.Verdict.LostKeys,
-				Divergent: res.Divergent, Undecided: res.Verdict.Undecided, Vacuous: res.Vacuous, Failures: res.Failures}
+				Divergent: res.Divergent, Undecided: res.Verdict.Undecided, Vacuous: res.Vacuous, Failures: res.Failures, Expiry: res.Expiry}
 			t.Logf("%s: %d ops (%d reads, %d writes of which %d unknown; %d failed reads dropped; traffic %s), porcupine %s, applied %d, digests %v",
 				res.Outcome(), res.Stats.Ops, res.Stats.Reads, res.Stats.Writes, res.Stats.Unknown, res.Stats.FailedReads,
 				res.Phases, res.Verdict.Result, res.Applied, res.Digests)
@@ -285,10 +287,14 @@ func logTable(t *testing.T, sums []runSummary, took time.Duration) {
 // resultTable is logTable's table: a row per fault (in the order of first
 // appearance) with the topologies its runs had, a row per topology, and
 // the total. Undecided and vacuous count runs with any undecided key or
-// any vacuity finding; failed counts every run that did not pass.
+// any vacuity finding; failed counts every run that did not pass. Expiry
+// probe ops and expiry violations (items served after their expiry or
+// hidden before it, expiry.go) are counted apart from the violating keys
+// of the linearizability check; a run with one fails all the same.
 func resultTable(sums []runSummary) string {
 	type row struct {
 		runs, ops, unknown, illegal, lost, divergent, undecided, vacuous, failed int
+		probeOps, expiryViolations                                               int
 		topos                                                                    map[string]int
 	}
 	rows := map[string]*row{}
@@ -312,6 +318,10 @@ func resultTable(sums []runSummary) string {
 			x.illegal += len(s.Illegal)
 			x.lost += len(s.Lost)
 			x.divergent += len(s.Divergent)
+			if s.Expiry != nil {
+				x.probeOps += s.Expiry.Ops
+				x.expiryViolations += len(s.Expiry.Violations)
+			}
 			if len(s.Undecided) > 0 || s.Porcupine == string(porcupine.Unknown) {
 				x.undecided++
 			}
@@ -326,14 +336,14 @@ func resultTable(sums []runSummary) string {
 	rows["total"] = total
 	slices.Sort(topoNames)
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\n| fault | runs | topologies | ops checked | unknown writes | violating keys | lost-write keys | divergent replicas | undecided runs | vacuous runs | failed runs |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "\n| fault | runs | topologies | ops checked | unknown writes | violating keys | lost-write keys | divergent replicas | expiry probe ops | expiry violations | undecided runs | vacuous runs | failed runs |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, n := range slices.Concat(names, topoNames, []string{"total"}) {
 		r := rows[n]
 		var topos []string
 		for _, k := range slices.Sorted(maps.Keys(r.topos)) {
 			topos = append(topos, fmt.Sprintf("%s×%d", k, r.topos[k]))
 		}
-		fmt.Fprintf(&sb, "| %s | %d | %s | %d | %d | %d | %d | %d | %d | %d | %d |\n", n, r.runs, strings.Join(topos, " "), r.ops, r.unknown, r.illegal, r.lost, r.divergent, r.undecided, r.vacuous, r.failed)
+		fmt.Fprintf(&sb, "| %s | %d | %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d |\n", n, r.runs, strings.Join(topos, " "), r.ops, r.unknown, r.illegal, r.lost, r.divergent, r.probeOps, r.expiryViolations, r.undecided, r.vacuous, r.failed)
 	}
 	return sb.String()
 }

@@ -77,8 +77,11 @@ type Result struct {
 	Undecided []string
 	Vacuous   []string
 	// Window is the fault's span, Phases the traffic around it.
-	Window   Window
-	Phases   Phases
+	Window Window
+	Phases Phases
+	// Expiry is the expiry probe's result (nil: the fault runs none);
+	// its violations are failures.
+	Expiry   *ExpiryResult
 	History  []*Op
 	Replicas []Replica
 }
@@ -191,6 +194,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		go func() { defer wg.Done(); c.run(tctx) }()
 	}
 
+	// The expiry probe, on its own keys, for the faults that want it.
+	var probeOps []probeOp
+	probeDone := make(chan struct{})
+	if cfg.Fault.ExpiryProbe {
+		seed := rng.Uint64()
+		go func() { defer close(probeDone); probeOps = runExpiryProbe(tctx, data, h.now, seed) }()
+	} else {
+		close(probeDone)
+	}
+
 	// The fault: inject, hold, heal — heal runs even if traffic ended.
 	hold := max(cfg.Duration/2, 3*cfg.Timing.ElectionTimeout)
 	env := &Env{Cluster: cl, Rng: rand.New(rand.NewPCG(rng.Uint64(), 1)), Logf: func(f string, a ...any) {
@@ -255,6 +268,25 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	})
 	stop()
 	wg.Wait()
+	<-probeDone
+	if env.Target != nil && len(env.Marks) > 0 {
+		obs.marks = env.Marks
+		log := lastLaunchesSince(env.Target.LogPath, obs.startsBefore[env.Target.Name])
+		for _, m := range env.Marks {
+			if !strings.Contains(log, m) {
+				obs.missing = append(obs.missing, m)
+			}
+		}
+	}
+	if cfg.Fault.ExpiryProbe {
+		x := judgeExpiry(probeOps, expiryTolerance, env.ClockAhead)
+		res.Expiry, obs.expiry = &x, &x
+		cfg.Logf("expiry probe: %d ops, %d reads judged before expiry, %d after, %d violations (allowance for a clock ahead: %s)",
+			x.Ops, x.Before, x.After, len(x.Violations), env.ClockAhead)
+		for _, v := range x.Violations {
+			res.fail("expiry: %s", v)
+		}
+	}
 	if faultErr != nil {
 		res.fail("fault: %v", faultErr)
 	}
@@ -279,6 +311,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				// one per key at 15s each.
 				res.fail("final read on %s: %v", n.Name, err)
 				break
+			}
+		}
+	}
+
+	// The probe's items must all be past their expiry (by a margin) before
+	// the replicas are compared: one expiring between two members' reads
+	// would differ for no fault of theirs.
+	if res.Expiry != nil {
+		if d := time.Duration(res.Expiry.lastExpiry - h.now()); d > -time.Second {
+			select {
+			case <-time.After(d + time.Second):
+			case <-ctx.Done():
 			}
 		}
 	}

@@ -68,12 +68,13 @@ func TestFixedTopology(t *testing.T) {
 }
 
 // TestPlansCoverEveryFaultAndTopology: what CI runs (make robustness
-// COUNT=25 SEED=1) injects every fault kind at least once, a fair share of
+// COUNT=28 SEED=1, a run per fault kind) injects every fault kind at least once, a fair share of
 // the runs with a witness; a fixed topology runs only the faults that
 // apply to it.
 func TestPlansCoverEveryFaultAndTopology(t *testing.T) {
 	registry := Faults()
-	ps, err := makePlans(registry, "", Topology{}, 1, 25)
+	runs := len(registry)
+	ps, err := makePlans(registry, "", Topology{}, 1, runs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,10 +92,10 @@ func TestPlansCoverEveryFaultAndTopology(t *testing.T) {
 		}
 	}
 	// (Seed 1 happens to draw no single node, as before witnesses.)
-	if topos[TwoAndWitness] < 25/4 || topos[ThreeNodes] < 25/2 {
-		t.Errorf("topologies of 25 runs from seed 1: %v", topos)
+	if topos[TwoAndWitness] < runs/4 || topos[ThreeNodes] < runs/2 {
+		t.Errorf("topologies of %d runs from seed 1: %v", runs, topos)
 	}
-	t.Logf("25 runs from seed 1: %v", topos)
+	t.Logf("%d runs from seed 1: %v", runs, topos)
 
 	// Over many seeds: a third with a witness, every fault's runs alike.
 	many, err := makePlans(registry, "", Topology{}, 1, 3000)
@@ -146,15 +147,18 @@ func TestResultTable(t *testing.T) {
 			Undecided: []UndecidedKey{{Key: "r1", Ops: 7, Unknown: 2, Stage: "history"}}, Porcupine: "Unknown"},
 		{Fault: "pause-leader", Topology: "3n", Ops: 4, Failures: []string{"vacuous run: …"}, Vacuous: []string{"…"},
 			Outcome: OutcomeVacuous, Illegal: []string{"a", "b"}, Divergent: []string{"n2"}},
+		{Fault: "clock-skew", Topology: "3n", Ops: 6, Failures: []string{"expiry: …"}, Outcome: OutcomeFailed,
+			Expiry: &ExpiryResult{Ops: 40, Violations: []string{"…"}}},
 	})
 	for _, want := range []string{
-		"| fault | runs | topologies | ops checked | unknown writes | violating keys | lost-write keys | divergent replicas | undecided runs | vacuous runs | failed runs |",
-		"| kill-leader | 2 | 2n+1w×1 3n×1 | 15 | 1 | 0 | 0 | 0 | 0 | 0 | 0 |",
-		"| kill-all | 2 | 1n×1 3n×1 | 10 | 2 | 0 | 1 | 0 | 1 | 0 | 2 |",
-		"| pause-leader | 1 | 3n×1 | 4 | 0 | 2 | 0 | 1 | 0 | 1 | 1 |",
+		"| fault | runs | topologies | ops checked | unknown writes | violating keys | lost-write keys | divergent replicas | expiry probe ops | expiry violations | undecided runs | vacuous runs | failed runs |",
+		"| kill-leader | 2 | 2n+1w×1 3n×1 | 15 | 1 | 0 | 0 | 0 | 0 | 0 | 0 | 0 | 0 |",
+		"| kill-all | 2 | 1n×1 3n×1 | 10 | 2 | 0 | 1 | 0 | 0 | 0 | 1 | 0 | 2 |",
+		"| pause-leader | 1 | 3n×1 | 4 | 0 | 2 | 0 | 1 | 0 | 0 | 0 | 1 | 1 |",
+		"| clock-skew | 1 | 3n×1 | 6 | 0 | 0 | 0 | 0 | 40 | 1 | 0 | 0 | 1 |",
 		"| all 2n+1w | 1 | 2n+1w×1 | 5 | 1 |",
-		"| all 3n | 3 | 3n×3 | 21 | 2 | 2 | 0 | 1 | 1 | 1 | 2 |",
-		"| total | 5 | 1n×1 2n+1w×1 3n×3 | 29 | 3 | 2 | 1 | 1 | 1 | 1 | 3 |",
+		"| all 3n | 4 | 3n×4 | 27 | 2 | 2 | 0 | 1 | 40 | 1 | 1 | 1 | 3 |",
+		"| total | 6 | 1n×1 2n+1w×1 3n×4 | 35 | 3 | 2 | 1 | 1 | 40 | 1 | 1 | 1 | 4 |",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("table lacks %q:\n%s", want, got)

@@ -83,6 +83,13 @@ const (
 	// effectErrors: some operation failed during the window, whatever
 	// member it went to (a single node or every node down).
 	effectErrors effect = "errors"
+	// effectLogged: the target's log has every line the fault named
+	// (Env.Marks): a failpoint armed, a clock offset taken.
+	effectLogged effect = "logged by the target"
+	// effectExpiryProbed: the expiry probe judged reads before and after
+	// an expiry, and at least one on the faulted member during the
+	// window (where its fault could show).
+	effectExpiryProbed effect = "expiry probed"
 )
 
 // expectation is what a run of one fault kind on one topology must show.
@@ -115,12 +122,7 @@ var expectations = map[string]func(Topology) expectation{
 	"kill-all": func(Topology) expectation {
 		return expectation{effects: []effect{effectRestart, effectErrors}, outage: true}
 	},
-	"pause-leader": func(t Topology) expectation {
-		if t.Data == 1 && t.Witnesses == 0 {
-			return expectation{effects: []effect{effectErrors}, outage: true}
-		}
-		return expectation{effects: []effect{effectElection}}
-	},
+	"pause-leader": pauseExpectation,
 	// CheckQuorum and PreVote are on: a leader that cannot hear a quorum
 	// steps down, followers that stop hearing it elect another, and one
 	// that cannot receive votes cannot win; an isolated follower cannot
@@ -141,6 +143,17 @@ var expectations = map[string]func(Topology) expectation{
 	"snapshot-follower": byHeal,
 	"transfer-leader":   byHeal,
 	"replace-follower":  byHeal,
+	// As pause-leader; the checker proves no stale lease read.
+	"pause-leader-lease": pauseExpectation,
+	// The skewed member started with its clock file (its log says at
+	// which offset), and the probe judged expiry on it while skewed;
+	// heal fails unless it took offset 0 again.
+	"clock-skew": func(Topology) expectation {
+		return expectation{effects: []effect{effectLogged, effectExpiryProbed}}
+	},
+	// The slowed member armed its sleep (its log says so); traffic
+	// during the window is the generic check. Heal fails if it exited.
+	"slow-disk": func(Topology) expectation { return expectation{effects: []effect{effectLogged}} },
 }
 
 func init() {
@@ -152,6 +165,15 @@ func init() {
 			return expectation{outage: c.leader && t.Data == 1 && t.Witnesses == 0}
 		}
 	}
+}
+
+// pauseExpectation: a paused single node cannot be replaced, its clients
+// fail until it is back; with more members, the others elect.
+func pauseExpectation(t Topology) expectation {
+	if t.Data == 1 && t.Witnesses == 0 {
+		return expectation{effects: []effect{effectErrors}, outage: true}
+	}
+	return expectation{effects: []effect{effectElection}}
 }
 
 // expect returns the expectation of fault on topo.
@@ -177,6 +199,11 @@ type observed struct {
 	// counts each one's start lines at inject and at heal.
 	killed                    []string
 	startsBefore, startsAfter map[string]int
+	// marks are the lines the fault said its target logs, missing those
+	// of them not in the target's log at heal.
+	marks, missing []string
+	// expiry is the probe's judgement (nil: no probe ran).
+	expiry *ExpiryResult
 }
 
 // vacuity lists why a run did not exercise its fault; empty means it did.
@@ -231,6 +258,22 @@ func vacuity(exp expectation, p Phases, attempts []Attempt, w Window, finalClien
 		case effectErrors:
 			if failedOn("") == 0 {
 				out = append(out, "no operation failed during the fault")
+			}
+		case effectLogged:
+			if len(obs.marks) == 0 {
+				out = append(out, "the fault named no line its target logs")
+			}
+			for _, m := range obs.missing {
+				out = append(out, fmt.Sprintf("%s never logged %q", obs.target, strings.TrimSpace(m)))
+			}
+		case effectExpiryProbed:
+			switch x := obs.expiry; {
+			case x == nil:
+				out = append(out, "no expiry probe ran")
+			case x.Before == 0 || x.After == 0:
+				out = append(out, fmt.Sprintf("the expiry probe judged %d reads before an expiry and %d after: want both", x.Before, x.After))
+			case x.judgedOn(obs.target, w) == 0:
+				out = append(out, fmt.Sprintf("the expiry probe judged no read on %s during the fault", obs.target))
 			}
 		}
 	}
