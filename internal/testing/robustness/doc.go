@@ -4,8 +4,8 @@
 // data members from several sequential clients (by id%3: text, client.go;
 // binary, binclient.go; or meta, metaclient.go), injects one fault per run
 // (SIGKILL, SIGSTOP, network partitions, delay, connection resets,
-// snapshots, membership changes, crashes at failpoints), heals, and then
-// checks three properties:
+// snapshots, membership changes, crashes at failpoints, a skewed clock, a
+// slow disk), heals, and then checks three properties:
 //
 //   - every key's history is linearizable (porcupine, with the models in
 //     model.go: register, CAS, add/replace and counter operations share one
@@ -16,6 +16,10 @@
 //     part of the checked history;
 //   - replicas converge: once every node reports the same applied index,
 //     local reads of every key give the same digest on every data member.
+//
+// Runs of a clock fault also run the expiry probe (expiry.go): keys with
+// a short lifetime, read before and after their expiry and judged by the
+// harness's own clock; an item served late or hidden early fails the run.
 //
 // A witness (witness.go) holds no data, so it gets no client request and
 // no digest; the run checks instead that it is a voter marked witness,
