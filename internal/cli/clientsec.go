@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -286,26 +287,44 @@ func memcacheLogin(ctx context.Context, c net.Conn, user, password string) error
 		return err
 	}
 	defer c.SetDeadline(time.Time{})
+	// A server without logins takes the login for a write of an item
+	// named auth holding the password: ask first whether it wants one.
+	if _, err := io.WriteString(c, "version\r\n"); err != nil {
+		return fmt.Errorf("send version: %w", err)
+	}
+	answer, err := readLine(c)
+	if err != nil {
+		return fmt.Errorf("read version answer: %w", err)
+	}
+	if strings.HasPrefix(answer, "VERSION ") {
+		return errors.New("--user given, but the server requires no login (it would store the login as an item named auth); leave --user out")
+	}
 	cred := user + " " + password
 	if _, err := fmt.Fprintf(c, "set auth 0 0 %d\r\n%s\r\n", len(cred), cred); err != nil {
 		return fmt.Errorf("send login: %w", err)
 	}
-	// Byte by byte: nothing follows the answer, and a buffered reader
-	// would keep what the connection's next user must read.
+	if answer, err = readLine(c); err != nil {
+		return fmt.Errorf("read login answer: %w", err)
+	}
+	if answer != "STORED" {
+		return fmt.Errorf("authentication as %q refused: %.200s", user, answer)
+	}
+	return nil
+}
+
+// readLine reads one answer line, byte by byte: a buffered reader would
+// keep what the connection's next user must read.
+func readLine(c net.Conn) (string, error) {
 	var line []byte
 	var b [1]byte
 	for len(line) < 1024 {
 		if _, err := c.Read(b[:]); err != nil {
-			return fmt.Errorf("read login answer: %w", err)
+			return "", err
 		}
 		if b[0] == '\n' {
 			break
 		}
 		line = append(line, b[0])
 	}
-	answer := strings.TrimSuffix(string(line), "\r")
-	if answer != "STORED" {
-		return fmt.Errorf("authentication as %q refused: %.200s", user, answer)
-	}
-	return nil
+	return strings.TrimSuffix(string(line), "\r"), nil
 }

@@ -113,9 +113,11 @@ func (c *Controller) notMember(from uint64, vouched bool) (uint64, bool) {
 	if slices.Contains(st.Voters, id) || slices.Contains(st.Learners, id) {
 		return 0, false
 	}
-	if len(st.Voters) == 0 && c.knownFromFile(from) {
-		// Nothing applied yet (a joiner before its first snapshot): the
-		// members its join answer named are who it will hear from.
+	if (len(st.Voters) == 0 || c.catchingUp(st)) && c.knownFromFile(from) {
+		// A joiner still replaying history before its own addition (its
+		// configuration is the bootstrap one): the members its join
+		// answer named, a leader added after the founding among them,
+		// are who it will hear from.
 		return 0, false
 	}
 	return st.Applied, true

@@ -130,21 +130,32 @@ func TestNotMember(t *testing.T) {
 		from    uint64
 		vouched bool
 		refuse  bool
+		joiner  bool
 	}{
-		{"leader, member", replica.Status{Role: "leader", Applied: 9, Voters: voters}, member, false, false},
-		{"leader, learner", replica.Status{Role: "leader", Applied: 9, Voters: voters, Learners: []replica.NodeID{IDOf("n4")}}, learner, false, false},
-		{"leader, vouched stranger", replica.Status{Role: "leader", Applied: 9, Voters: voters}, stranger, true, true},
-		{"leader, stranger", replica.Status{Role: "leader", Applied: 9, Voters: voters}, stranger, false, true},
-		{"follower, member", replica.Status{Role: "follower", Applied: 9, Voters: voters}, member, false, false},
-		{"follower, vouched stranger (it may be behind)", replica.Status{Role: "follower", Applied: 9, Voters: voters}, stranger, true, false},
-		{"follower, stranger", replica.Status{Role: "follower", Applied: 9, Voters: voters}, stranger, false, true},
-		{"candidate, stranger", replica.Status{Role: "candidate", Applied: 9, Voters: voters}, stranger, false, true},
-		{"nothing applied, a member of cluster.json", replica.Status{Role: "follower"}, member, false, false},
-		{"nothing applied, stranger", replica.Status{Role: "follower"}, stranger, false, true},
+		{"leader, member", replica.Status{Role: "leader", Applied: 9, Voters: voters}, member, false, false, false},
+		{"leader, learner", replica.Status{Role: "leader", Applied: 9, Voters: voters, Learners: []replica.NodeID{IDOf("n4")}}, learner, false, false, false},
+		{"leader, vouched stranger", replica.Status{Role: "leader", Applied: 9, Voters: voters}, stranger, true, true, false},
+		{"leader, stranger", replica.Status{Role: "leader", Applied: 9, Voters: voters}, stranger, false, true, false},
+		{"follower, member", replica.Status{Role: "follower", Applied: 9, Voters: voters}, member, false, false, false},
+		{"follower, vouched stranger (it may be behind)", replica.Status{Role: "follower", Applied: 9, Voters: voters}, stranger, true, false, false},
+		{"follower, stranger", replica.Status{Role: "follower", Applied: 9, Voters: voters}, stranger, false, true, false},
+		{"candidate, stranger", replica.Status{Role: "candidate", Applied: 9, Voters: voters}, stranger, false, true, false},
+		{"nothing applied, a member of cluster.json", replica.Status{Role: "follower"}, member, false, false, false},
+		{"nothing applied, stranger", replica.Status{Role: "follower"}, stranger, false, true, false},
+		{"joiner replaying, a later leader of cluster.json", replica.Status{Role: "follower", Applied: 9, Voters: []replica.NodeID{IDOf("n2"), IDOf("n3")}}, uint64(IDOf("n4")), false, false, true},
+		{"joiner replaying, stranger", replica.Status{Role: "follower", Applied: 9, Voters: []replica.NodeID{IDOf("n2"), IDOf("n3")}}, stranger, false, true, true},
+		{"joiner caught up, a stranger again", replica.Status{Role: "follower", Applied: 60, Voters: voters}, uint64(IDOf("n9")), false, true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newTestController(&fakeReplica{st: tt.st}, &fakeState{})
+			if tt.joiner {
+				// n1 joined at index 50 of a cluster founded by n2 and n3,
+				// whose leader n4 joined later: cluster.json names them all.
+				c.file.Bootstrap = []uint64{uint64(IDOf("n2")), uint64(IDOf("n3"))}
+				c.file.AddedAt = 50
+				c.file.Members = append(c.file.Members, FileMember{Name: "n4", ID: uint64(IDOf("n4"))})
+			}
 			applied, refuse := c.notMember(tt.from, tt.vouched)
 			require.Equal(t, tt.refuse, refuse)
 			if refuse {

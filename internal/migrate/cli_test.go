@@ -160,6 +160,12 @@ func TestImportExportSecured(t *testing.T) {
 	_, errOut, err = kvdCLI(t, "import", "--from-memcached", mc.Addr, "--to", to, "--user", "app:s3cret")
 	require.Error(t, err, "plain text to a TLS-only port")
 
+	// A kvd without logins would take the login for a write of "auth".
+	plain := kvdproc.Start(t, t.TempDir())
+	_, errOut, err = kvdCLI(t, "import", "--from-memcached", mc.Addr, "--to", plain.MemcacheAddr, "--user", "app:s3cret")
+	require.Error(t, err)
+	require.Contains(t, errOut, "requires no login")
+
 	file := filepath.Join(t.TempDir(), "export.jsonl")
 	from := strings.Replace(kvd.HTTPAddr, "127.0.0.1", "localhost", 1)
 	stdout, errOut, err = kvdCLI(t, "export", "--from", from, "--out", file, "--json", "--cacert", ca, "--user", "app:s3cret")

@@ -18,8 +18,9 @@ import (
 // win: the witness loses the leader's "fast" commits, which are exactly
 // the ones that would strand the cluster.
 //
-// A follower counts as healthy while raft replicates to it (StateReplicate)
-// and has heard from it within the election timeout (RecentActive). A
+// A follower counts as healthy while raft replicates to it (StateReplicate),
+// its connection is up and the leader heard from it within the election
+// timeout (heardFrom). A
 // follower that died closes its connection and is probed at once, so
 // nothing waits for it; one that stopped answering without closing
 // (paused, cut off) holds each append at most two heartbeats (counted in
@@ -56,7 +57,10 @@ func (r *Replica) gateFrontier() (uint64, bool) {
 		if id == uint64(self) || typ != raft.ProgressTypePeer || r.witnesses[id] {
 			return
 		}
-		if pr.State == tracker.StateReplicate && pr.RecentActive {
+		// heardFrom, not RecentActive alone: CheckQuorum clears that flag
+		// every election timeout, which would open the hold until the
+		// follower's next answer.
+		if pr.State == tracker.StateReplicate && r.heardFrom(id, pr) {
 			frontier, found = max(frontier, pr.Match), true
 		}
 	})
