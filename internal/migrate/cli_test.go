@@ -157,7 +157,7 @@ func TestImportExportSecured(t *testing.T) {
 	_, errOut, err = kvdCLI(t, "import", "--from-memcached", mc.Addr, "--to", to, "--cacert", ca, "--user", "app:wrong")
 	require.Error(t, err)
 	require.Contains(t, errOut, "authentication as \"app\" refused")
-	_, errOut, err = kvdCLI(t, "import", "--from-memcached", mc.Addr, "--to", to, "--user", "app:s3cret")
+	_, _, err = kvdCLI(t, "import", "--from-memcached", mc.Addr, "--to", to, "--user", "app:s3cret")
 	require.Error(t, err, "plain text to a TLS-only port")
 
 	// A kvd without logins would take the login for a write of "auth".
