@@ -78,6 +78,13 @@ func (c *Clock) Stamp() int64 {
 		s = c.issued + 1
 	}
 	c.issued = s
+	// The leader's time is its stamps: a read here after a write it
+	// stamped must not see a time before the stamp (its TTL would show a
+	// second more than given), which the latest applied stamp, behind by
+	// the commit's latency, would.
+	if a := c.base.Load(); a == nil || s > c.Now().UnixNano() {
+		c.base.Store(&anchor{stamp: s, at: c.mono()})
+	}
 	return s
 }
 

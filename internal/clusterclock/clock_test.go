@@ -77,6 +77,14 @@ func TestStamp(t *testing.T) {
 		c.Observe(t0.UnixNano())
 		assert.Equal(t, t0.Add(10*time.Second).UnixNano(), c.Stamp())
 	})
+	t.Run("after a stamp the leader's time is not before it", func(t *testing.T) {
+		c, f := newTestClock(t0)
+		c.Observe(t0.UnixNano())
+		f.mono = f.mono.Add(50 * time.Millisecond) // applied 50ms after it was stamped
+		f.wall = f.wall.Add(100 * time.Millisecond)
+		s := c.Stamp()
+		assert.GreaterOrEqual(t, c.Now().UnixNano(), s)
+	})
 	t.Run("stamps strictly increase on a stopped clock", func(t *testing.T) {
 		c, _ := newTestClock(t0)
 		a, b := c.Stamp(), c.Stamp()

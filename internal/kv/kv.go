@@ -235,6 +235,9 @@ func (s *Service) Get(key []byte) (command.Item, bool, error) {
 	return s.store.Get(key, s.now().UnixNano())
 }
 
+// Now is the cluster's time (see New): what expiry is judged by.
+func (s *Service) Now() time.Time { return s.now() }
+
 // StoreStats returns the state machine's counters (items, bytes, disk).
 func (s *Service) StoreStats() fsm.Stats { return s.store.Stats() }
 

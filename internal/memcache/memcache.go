@@ -30,6 +30,9 @@ type KV interface {
 	// Barrier makes the following Gets linearizable at level.
 	Barrier(ctx context.Context, level kv.Consistency) error
 	Get(key []byte) (command.Item, bool, error)
+	// Now is the cluster's time, which items' expiry is in (clusterclock):
+	// a TTL shown to a client counts from it, not from this host's clock.
+	Now() time.Time
 	Config() kv.Config
 	Status() kv.ReplicaStatus
 	StoreStats() kv.StoreStats

@@ -43,7 +43,7 @@ func (ss *session) metaGet(req *mcproto.Request) *mcserver.Reply {
 	}
 	st.GetHits.Add(1)
 	st.count(req.Op, ResultHit, 1)
-	now := c.Now()
+	now := ss.s.kv.Now() // the cluster's time: a write this session just made is stamped after the request was read
 	if !m.Has('u') && wantsAccessMark(&it, now) {
 		ss.s.access.note(key, &it)
 	}
@@ -93,7 +93,7 @@ func (ss *session) metaGetLogged(req *mcproto.Request) *mcserver.Reply {
 			if r.Created {
 				st.TotalItems.Add(1)
 			}
-			now := time.Now()
+			now := ss.s.kv.Now()
 			mr := metaItemReply(&r.Item, now, want)
 			mr.Won, mr.TokenSent, mr.Created = r.Won, r.HadToken, r.Created
 			orderedTTL(&mr, m, &r, now)
@@ -328,7 +328,7 @@ func (ss *session) metaArith(req *mcproto.Request) *mcserver.Reply {
 			if r.Grew {
 				st.TotalItems.Add(1)
 			}
-			now := time.Now()
+			now := ss.s.kv.Now()
 			// The item's CAS even when a T in the past expired it at once:
 			// memcached shows it.
 			reply = mcproto.MetaReply{Status: mcproto.StatusHit, Flags: r.Item.Flags, CAS: r.Item.CAS,
@@ -388,7 +388,7 @@ func (ss *session) metaDebug(req *mcproto.Request) *mcserver.Reply {
 		return mcserver.Final(ss.menc.AppendMeta(nil, e, &mcproto.MetaReply{Status: mcproto.StatusNotFound}))
 	}
 	st.count(req.Op, ResultHit, 1)
-	r := metaItemReply(&it, time.Now(), false)
+	r := metaItemReply(&it, ss.s.kv.Now(), false)
 	r.Size = itemSize(key, &it)
 	return mcserver.Final(ss.menc.AppendMeta(nil, keyAsStored(e, &it), &r))
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"slices"
 	"sync/atomic"
-	"time"
 
 	"github.com/kvd-project/kvd/internal/command"
 	"github.com/kvd-project/kvd/internal/kv"
@@ -437,7 +436,7 @@ func (ss *session) get(req *mcproto.Request) *mcserver.Reply {
 		return mcserver.Final(ss.errorReply(nil, e, err))
 	}
 	var buf []byte
-	now := c.Now()
+	now := ss.s.kv.Now() // the cluster's time, which items' expiry is in
 	for _, k := range req.Keys {
 		if len(buf) >= mcserver.GetChunk {
 			c.Send(c.Budgeted(buf))
@@ -619,7 +618,7 @@ func (g *gatReply) chunk(keys [][]byte, last bool) (rp *mcserver.Reply, done <-c
 			}
 			st.TouchHits.Add(1)
 			st.count(e.Op, ResultHit, 1)
-			if wantsAccessMark(&r.Item, time.Now()) {
+			if wantsAccessMark(&r.Item, ss.s.kv.Now()) {
 				ss.s.access.note(copies[i], &r.Item)
 			}
 			dst = enc.AppendHit(dst, e, copies[i], r.Item.Flags, r.Item.Value, r.Item.CAS)
